@@ -1,0 +1,39 @@
+"""tinygrad_attn: a small reverse-mode autodiff engine on NumPy (CPU) and CuPy (GPU).
+
+Strided zero-copy views, batched matmul and softmax, and a memory ledger that explains
+where the bytes of a training step go. See README.md and DESIGN.md.
+"""
+
+from . import tensor  # noqa: F401,I001 - first: it binds the op layer its methods call
+from . import autograd, backend, cuda, functional, ops  # noqa: F401
+from .autograd import Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .backend import (  # noqa: F401
+    DType, bool_, float16, float32, float64, int8, int32, int64, uint8,
+)
+from .creation import (  # noqa: F401
+    arange, empty, empty_like, eye, from_dlpack, from_numpy, full, full_like, linspace,
+    manual_seed, ones, ones_like, rand, rand_like, randint, randn, randn_like, tensor, zeros,
+    zeros_like,
+)
+from .errors import DeviceMismatchError, OutOfMemoryError, ShapeError  # noqa: F401
+from .gradcheck import GradcheckError, gradcheck  # noqa: F401
+from .ops import (  # noqa: F401
+    abs, cat, clamp, exp, gather, index_select, log, log_softmax, logsumexp, masked_fill,
+    matmul, maximum, minimum, relu, sigmoid, softmax, sqrt, stack, tanh, tril, triu, where,
+)
+from .storage import Storage  # noqa: F401
+from .tensor import Tensor  # noqa: F401
+
+bool = bool_  # noqa: A001 - ta.bool, as torch.bool
+float = float32  # noqa: A001 - ta.float, as torch.float
+double = float64
+long = int64
+half = float16
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Tensor", "Storage", "Function", "no_grad", "enable_grad", "set_grad_enabled",
+    "is_grad_enabled", "tensor", "zeros", "ones", "empty", "full", "arange", "randn", "rand",
+    "randint", "zeros_like", "ones_like", "manual_seed", "gradcheck", "from_dlpack",
+]

@@ -1,0 +1,565 @@
+"""Reverse-mode autodiff: graph nodes, saved tensors, the backward engine, custom ops.
+
+An op is a `Function` subclass with `forward(ctx, ...)` and `backward(ctx, *grads)` side by
+side (PyTorch's autograd.Function). `Function.apply` runs forward without recording, then,
+if any input needs a gradient, makes `ctx` the graph node of the outputs: `ctx.fn` is the
+op, `ctx.next_functions` the edges to the nodes that produced the inputs, and
+`ctx.saved_tensors` what forward chose to keep. Leaves that require grad get an
+`AccumulateGrad` node, as in PyTorch.
+
+The engine (`run_backward`) counts each node's consumers, then runs nodes in topological
+order, most recently created first. It frees a node's saved tensors right after the node's
+backward (unless retain_graph) and drops each gradient once consumed. Several gradients
+flowing into one slot are summed; the first sum allocates, later ones add in place. A
+slice's gradient travels as a `SliceGrad` (the slice of the gradient plus where it sits in
+the base), so any number of slices of one base cost one base-sized buffer in total.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from . import backend
+from . import storage as storage_mod
+from .tensor import Tensor, _ones_like_array, _zeros_array, from_array
+
+_seq = itertools.count()
+
+
+# ----------------------------------------------------------------------------- grad mode
+class GradMode:
+    enabled = True
+
+
+class _GradModeContext:
+    _target = True
+
+    def __enter__(self):
+        self._prev = GradMode.enabled
+        GradMode.enabled = self._target
+
+    def __exit__(self, *exc):
+        GradMode.enabled = self._prev
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradModeContext):
+    """Context manager / decorator: ops run without recording a graph (nothing is saved)."""
+
+    _target = False
+
+
+class enable_grad(_GradModeContext):
+    """Context manager / decorator: turn recording back on inside a no_grad region."""
+
+    _target = True
+
+
+class set_grad_enabled(_GradModeContext):
+    def __init__(self, mode: bool):
+        self._target = bool(mode)
+
+    def __call__(self, fn):  # pragma: no cover - used as a context manager
+        raise TypeError("set_grad_enabled is a context manager, not a decorator")
+
+
+def is_grad_enabled() -> bool:
+    return GradMode.enabled
+
+
+# ----------------------------------------------------------------------------- nodes
+class Node:
+    """A node of the backward graph; for Function ops it is also the `ctx` forward saw."""
+
+    def __init__(self, fn=None):
+        self.fn = fn
+        self.next_functions: tuple = ()
+        self.needs_input_grad: tuple = ()
+        self._saved: list | None = []
+        self._released = False
+        self.seq = next(_seq)
+        self._pre_hooks: dict | None = None
+        self._outputs_meta: tuple = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.fn.__name__}Backward" if self.fn is not None else type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+    # -- saving ------------------------------------------------------------------------
+    def save_for_backward(self, *tensors) -> None:
+        """Keep tensors for backward. Recorded with their storage's version counter."""
+        saved = []
+        for t in tensors:
+            if t is None:
+                saved.append(None)
+                continue
+            if t.grad_fn is self:  # saving an output: keep an alias that does not point back
+                t = t.detach()
+            saved.append((t, t._storage.version))
+        self._saved = saved
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._saved is None:
+            raise RuntimeError(
+                f"{self.name}: trying to backward through the graph a second time (or to read "
+                "saved tensors after they were freed). Pass retain_graph=True to the first "
+                "backward() if you need to run backward twice."
+            )
+        out = []
+        for i, item in enumerate(self._saved):
+            if item is None:
+                out.append(None)
+                continue
+            t, version = item
+            if t._storage.version != version:
+                raise RuntimeError(
+                    f"{self.name}: one of the tensors needed for gradient computation has been "
+                    f"modified by an in-place operation: saved tensor {i} of shape "
+                    f"{tuple(t.shape)} is at version {t._storage.version}; expected version "
+                    f"{version}. Use an out-of-place op (or clone() before the in-place one)."
+                )
+            out.append(t)
+        return tuple(out)
+
+    def saved_tensor_list(self) -> list:
+        """The saved tensors as they are (no version check): for inspection and the ledger."""
+        return [] if not self._saved else [s[0] for s in self._saved if s is not None]
+
+    def saved_bytes(self) -> int:
+        """Bytes this node keeps alive, each storage counted once."""
+        seen = {}
+        for t in self.saved_tensor_list():
+            seen[t._storage.id] = t._storage.nbytes
+        return sum(seen.values())
+
+    def release(self) -> None:
+        self._saved = None
+        self._released = True
+
+    def register_prehook(self, output_nr: int, fn) -> _HookHandle:
+        if self._pre_hooks is None:
+            self._pre_hooks = {}
+        hooks = self._pre_hooks.setdefault(output_nr, [])
+        hooks.append(fn)
+        return _HookHandle(hooks, fn)
+
+
+class AccumulateGrad(Node):
+    """The node of a leaf tensor: adds the incoming gradient into `variable.grad`."""
+
+    def __init__(self, variable: Tensor):
+        super().__init__(None)
+        self.variable = variable
+
+    @property
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+
+class _HookHandle:
+    def __init__(self, hooks: list, fn):
+        self._hooks, self._fn = hooks, fn
+
+    def remove(self) -> None:
+        if self._fn in self._hooks:
+            self._hooks.remove(self._fn)
+
+
+def _accumulator(t: Tensor) -> AccumulateGrad:
+    acc = t._acc() if t._acc is not None else None
+    if acc is None:
+        import weakref
+
+        acc = AccumulateGrad(t)
+        t._acc = weakref.ref(acc)
+    return acc
+
+
+def gradient_edge(t: Tensor):
+    """(node, output_nr) that receives the gradient of `t`."""
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)
+    return (_accumulator(t), 0)
+
+
+# ----------------------------------------------------------------------------- Function
+class Function:
+    """Base class of every differentiable op, and the public custom-op API.
+
+    Subclasses define `forward(ctx, *args)` (returns a Tensor or a tuple of Tensors) and
+    `backward(ctx, *grad_outputs)` (returns one gradient or None per forward argument).
+    `ctx.save_for_backward(...)` keeps tensors; `ctx.needs_input_grad` says which inputs
+    need a gradient; any other attribute may be stored on ctx.
+    """
+
+    materialize_grads = True  # pass zeros (not None) for outputs that got no gradient
+
+    @staticmethod
+    def forward(ctx, *args):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, *grads):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        enabled = GradMode.enabled
+        ctx = Node(cls)
+        record = False
+        if enabled:
+            needs = tuple(type(a) is Tensor and a.requires_grad for a in args)
+            record = True in needs
+            ctx.needs_input_grad = needs
+            if record:
+                ctx.next_functions = tuple(
+                    _input_edge(a, cls) if need else None for a, need in zip(args, needs)
+                )
+        else:
+            ctx.needs_input_grad = (False,) * len(args)
+        current = storage_mod.current
+        prev_op = current["op"]
+        current["op"] = cls.__name__
+        GradMode.enabled = False
+        try:
+            out = cls.forward(ctx, *args, **kwargs)
+        finally:
+            GradMode.enabled = enabled
+            current["op"] = prev_op
+        if record:
+            outs = out if isinstance(out, tuple) else (out,)
+            for i, o in enumerate(outs):
+                if o.dtype.is_floating_point:
+                    o.requires_grad = True
+                    o.grad_fn = ctx
+                    o._output_nr = i
+            ctx._outputs_meta = tuple((o.shape, o.dtype, o.device) for o in outs)
+            ctx.input_shapes = tuple(
+                a.shape if need else None for a, need in zip(args, ctx.needs_input_grad)
+            )
+        return out
+
+
+def _input_edge(t: Tensor, fn) -> tuple:
+    if t._base is not None and t._storage.version != t._view_version:
+        raise RuntimeError(
+            f"{fn.__name__}: input of shape {tuple(t.shape)} is a view whose base was modified "
+            "in place after the view was taken, so its recorded history is stale; take the "
+            "view again after the in-place op."
+        )
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)
+    return (_accumulator(t), 0)
+
+
+# ----------------------------------------------------------------------------- slice grads
+class SliceGrad:
+    """The gradient of a slice, not yet written into a base-sized buffer.
+
+    `geometry` is (shape, strides, offset) of the slice within a contiguous tensor of
+    `base_shape`. Several SliceGrads of one base are written into one buffer.
+    """
+
+    __slots__ = ("base_shape", "geometry", "grad")
+
+    def __init__(self, base_shape, geometry, grad: Tensor):
+        self.base_shape, self.geometry, self.grad = base_shape, geometry, grad
+
+    @property
+    def shape(self):
+        return self.base_shape
+
+    def add_into(self, buffer: Tensor) -> None:
+        """buffer[slice] += grad, in place (buffer is contiguous of base_shape)."""
+        shape, strides, offset = self.geometry
+        view = backend.strided(buffer._storage.buffer, shape, strides, offset + buffer._offset)
+        view += self.grad._array()
+        buffer._storage.version += 1
+
+    def materialize(self) -> Tensor:
+        g = self.grad
+        buffer = from_array(_zeros_array(self.base_shape, g.dtype, g.device), "slice-grad")
+        self.add_into(buffer)
+        return buffer
+
+
+def _materialize(g):
+    return g.materialize() if type(g) is SliceGrad else g
+
+
+class _Slot:
+    """A pending gradient for one output of a node, and whether the engine owns it."""
+
+    __slots__ = ("grad", "owned")
+
+    def __init__(self, grad, owned: bool):
+        self.grad, self.owned = grad, owned
+
+    def add(self, g, owned: bool) -> None:
+        cur = self.grad
+        if cur is None:
+            self.grad, self.owned = g, owned
+            return
+        if type(cur) is SliceGrad:  # first real accumulation: one base-sized buffer
+            cur = cur.materialize()
+            self.grad, self.owned = cur, True
+        if self.owned:
+            if type(g) is SliceGrad:
+                g.add_into(cur)
+            else:
+                _add_inplace(cur, g)
+            return
+        if type(g) is SliceGrad:
+            buf = g.materialize()
+            _add_inplace(buf, cur)
+        else:
+            buf = from_array(cur._array() + g._array(), "grad-accumulate")
+        self.grad, self.owned = buf, True
+
+
+def _add_inplace(target: Tensor, g: Tensor) -> None:
+    arr = target._array()
+    src = g._array()
+    if src.shape != arr.shape:
+        src = src.reshape(arr.shape) if src.size == arr.size else src
+    arr += src
+    target._storage.version += 1
+
+
+# ----------------------------------------------------------------------------- engine
+def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None):
+    """Propagate gradients from `roots` (tensors) seeded with `grad_roots`.
+
+    With `capture` (a list of tensors) gradients are returned for those tensors, in order,
+    and no leaf's .grad is touched (this is autograd.grad).
+    """
+    edges = []
+    for t in roots:
+        if t.grad_fn is None and not t.requires_grad:
+            raise RuntimeError(
+                f"backward: tensor of shape {tuple(t.shape)} does not require grad and has no "
+                "grad_fn (was it created under no_grad, or from tensors without requires_grad?)"
+            )
+        edges.append(gradient_edge(t))
+
+    # consumers of each node, over the part of the graph reachable from the roots
+    deps: dict = {}
+    stack = [node for node, _ in edges]
+    seen = set(stack)
+    while stack:
+        node = stack.pop()
+        if node._released and not isinstance(node, AccumulateGrad):
+            raise RuntimeError(
+                f"{node.name}: trying to backward through the graph a second time (its saved "
+                "tensors were freed by the first backward). Pass retain_graph=True to the "
+                "first backward() if you need to run backward twice."
+            )
+        for edge in node.next_functions:
+            if edge is None:
+                continue
+            nxt = edge[0]
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+
+    captured = None
+    capture_at: dict = {}
+    if capture is not None:
+        captured = [None] * len(capture)
+        for i, t in enumerate(capture):
+            if t.grad_fn is None and not t.requires_grad:
+                raise RuntimeError(
+                    f"grad: input {i} of shape {tuple(t.shape)} does not require grad"
+                )
+            capture_at.setdefault(gradient_edge(t), []).append(i)
+
+    slots: dict = {}
+    for (node, nr), g in zip(edges, grad_roots):
+        node_slots = slots.get(node)
+        if node_slots is None:
+            node_slots = slots[node] = _new_slots(node)
+        node_slots[nr].add(g, False)
+
+    heap = []
+    for node in {n for n, _ in edges}:
+        if deps.get(node, 0) == 0:
+            heapq.heappush(heap, (-node.seq, node.seq, node))
+
+    while heap:
+        _, _, node = heapq.heappop(heap)
+        node_slots = slots.pop(node, None) or _new_slots(node)
+        grads = [_materialize(s.grad) for s in node_slots]
+        if node._pre_hooks:
+            for nr, hooks in node._pre_hooks.items():
+                for hook in hooks:
+                    if grads[nr] is not None:
+                        new = hook(grads[nr])
+                        if new is not None:
+                            grads[nr] = new
+        if capture_at:
+            for nr, g in enumerate(grads):
+                for i in capture_at.get((node, nr), ()):
+                    captured[i] = g
+
+        if isinstance(node, AccumulateGrad):
+            if capture is None and grads[0] is not None:
+                _accumulate_leaf(node.variable, grads[0], node_slots[0].owned)
+            continue
+
+        if all(g is None for g in grads):
+            results = (None,) * len(node.next_functions)
+        else:
+            results = _call_backward(node, grads)
+        if not retain_graph:
+            node.release()
+
+        incoming = {id(g._storage) for g in grads if g is not None}
+        seen_out: set = set()
+        for edge, g in zip(node.next_functions, results):
+            if edge is None:
+                continue
+            nxt, nr = edge
+            if g is not None:
+                base = g.grad if type(g) is SliceGrad else g
+                sid = id(base._storage)
+                # a fresh, contiguous buffer nobody else holds may be added into in place
+                owned = sid not in incoming and sid not in seen_out and base.is_contiguous()
+                seen_out.add(sid)
+                nxt_slots = slots.get(nxt)
+                if nxt_slots is None:
+                    nxt_slots = slots[nxt] = _new_slots(nxt)
+                nxt_slots[nr].add(g, owned)
+            deps[nxt] -= 1
+            if deps[nxt] == 0:
+                heapq.heappush(heap, (-nxt.seq, nxt.seq, nxt))
+    return captured
+
+
+def _new_slots(node) -> list:
+    n = len(node._outputs_meta) if not isinstance(node, AccumulateGrad) else 1
+    return [_Slot(None, False) for _ in range(max(n, 1))]
+
+
+def _call_backward(node: Node, grads: list):
+    fn = node.fn
+    if fn.materialize_grads:
+        for i, g in enumerate(grads):
+            if g is None:
+                shape, dtype, device = node._outputs_meta[i]
+                grads[i] = from_array(_zeros_array(shape, dtype, device))
+    current = storage_mod.current
+    prev_op = current["op"]
+    current["op"] = node.name
+    prev_mode = GradMode.enabled
+    GradMode.enabled = False
+    try:
+        results = fn.backward(node, *grads)
+    finally:
+        GradMode.enabled = prev_mode
+        current["op"] = prev_op
+    if not isinstance(results, tuple):
+        results = (results,)
+    n_args = len(node.next_functions)
+    if len(results) < n_args and all(e is None for e in node.next_functions[len(results):]):
+        results = results + (None,) * (n_args - len(results))  # trailing non-tensor args
+    if len(results) != n_args:
+        raise RuntimeError(
+            f"{node.name}: backward returned {len(results)} gradients, expected "
+            f"{len(node.next_functions)} (one per forward argument, None for non-tensors)"
+        )
+    for i, (g, edge) in enumerate(zip(results, node.next_functions)):
+        if g is None or edge is None:
+            continue
+        expected = node.input_shapes[i]
+        if tuple(g.shape) != tuple(expected):
+            raise RuntimeError(
+                f"{node.name}: backward returned a gradient of shape {tuple(g.shape)} for input "
+                f"{i} of shape {tuple(expected)}"
+            )
+    return results
+
+
+def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool) -> None:
+    if var._hooks:
+        for hook in var._hooks:
+            new = hook(g)
+            if new is not None:
+                g, owned = new, False
+    if var.grad is None:
+        if not owned or g.dtype != var.dtype:  # never alias another tensor's memory as .grad
+            g = from_array(backend.copy(g._array(), var.dtype), "grad-accumulate")
+        var.grad = g
+    else:
+        _add_inplace(var.grad, g)
+
+
+# ----------------------------------------------------------------------------- public API
+def backward(tensors, grad_tensors=None, retain_graph: bool = False) -> None:
+    """Compute gradients of `tensors` and accumulate them into the leaves' .grad."""
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    if grad_tensors is None:
+        grad_tensors = [None] * len(tensors)
+    elif isinstance(grad_tensors, Tensor):
+        grad_tensors = [grad_tensors]
+    seeds = [_seed(t, g, "backward") for t, g in zip(tensors, grad_tensors)]
+    run_backward(tensors, seeds, retain_graph=retain_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False,
+         allow_unused: bool = False):
+    """Gradients of `outputs` with respect to `inputs`, returned (not accumulated)."""
+    single = isinstance(inputs, Tensor)
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if single else list(inputs)
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    elif isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs]
+    seeds = [_seed(t, g, "grad") for t, g in zip(outputs, grad_outputs)]
+    result = run_backward(outputs, seeds, retain_graph=retain_graph, capture=inputs)
+    for i, g in enumerate(result):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"grad: input {i} of shape {tuple(inputs[i].shape)} was not used to compute "
+                "the outputs; pass allow_unused=True to get None for it"
+            )
+    return tuple(result)
+
+
+def _seed(t: Tensor, g, op: str) -> Tensor:
+    if g is None:
+        if t.numel() != 1:
+            raise RuntimeError(
+                f"{op}: grad can be implicitly created only for outputs with one element; got "
+                f"an output of shape {tuple(t.shape)}. Pass a gradient of that shape."
+            )
+        return from_array(_ones_like_array(t))
+    if not isinstance(g, Tensor):
+        raise TypeError(f"{op}: gradient must be a Tensor, got {type(g).__name__}")
+    if tuple(g.shape) != tuple(t.shape):
+        raise RuntimeError(
+            f"{op}: gradient of shape {tuple(g.shape)} does not match output of shape "
+            f"{tuple(t.shape)}"
+        )
+    if g.device != t.device:
+        from .errors import DeviceMismatchError
+
+        raise DeviceMismatchError(
+            f"{op}: gradient on {g.device} but output on {t.device}"
+        )
+    return g

@@ -1,0 +1,371 @@
+"""Array backends: NumPy on "cpu", CuPy on "cuda[:N]".
+
+This is the only module of the project that imports numpy or cupy. Everything above it asks
+this module for the array namespace of a device (`xp_for`) and for the few operations whose
+spelling differs between the two libraries (strided views, scatter-add, erf, RNG, DLPack).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:  # CuPy is optional: the package imports and runs on CPU without it.
+    import cupy as cp
+except Exception:  # noqa: BLE001 - a broken CUDA install must not break CPU use
+    cp = None
+
+ndarray_types: tuple = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
+numpy_scalar = np.generic
+
+
+# ----------------------------------------------------------------------------- dtypes
+class DType:
+    """An element type: a name, an item size and whether it is floating point."""
+
+    __slots__ = ("name", "np", "itemsize", "is_floating_point")
+
+    def __init__(self, name: str, np_dtype) -> None:
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.itemsize = self.np.itemsize
+        self.is_floating_point = self.np.kind == "f"
+
+    def __repr__(self) -> str:
+        return f"tinygrad_attn.{self.name}"
+
+    def __reduce__(self):
+        return (_dtype_by_name, (self.name,))
+
+
+float16 = DType("float16", np.float16)
+float32 = DType("float32", np.float32)
+float64 = DType("float64", np.float64)
+int32 = DType("int32", np.int32)
+int64 = DType("int64", np.int64)
+int8 = DType("int8", np.int8)
+uint8 = DType("uint8", np.uint8)
+bool_ = DType("bool", np.bool_)
+DTYPES = (float16, float32, float64, int8, uint8, int32, int64, bool_)
+_BY_NP = {d.np: d for d in DTYPES}
+_BY_NAME = {d.name: d for d in DTYPES}
+
+
+def _dtype_by_name(name: str) -> DType:
+    return _BY_NAME[name]
+
+
+def to_dtype(x) -> DType:
+    """A DType from a DType, a name ('float32'), a Python type or a NumPy/CuPy dtype."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str) and x in _BY_NAME:
+        return _BY_NAME[x]
+    if x is float:
+        return float32
+    if x is int:
+        return int64
+    if x is bool:
+        return bool_
+    try:
+        return _BY_NP[np.dtype(x)]
+    except (TypeError, KeyError):
+        raise TypeError(f"unsupported dtype {x!r}; use one of {[d.name for d in DTYPES]}") from None
+
+
+def dtype_of(arr) -> DType:
+    try:
+        return _BY_NP[arr.dtype]
+    except KeyError:
+        raise TypeError(f"unsupported array dtype {arr.dtype}") from None
+
+
+def result_type(*dtypes: DType) -> DType:
+    return _BY_NP[np.result_type(*(d.np for d in dtypes))]
+
+
+# ----------------------------------------------------------------------------- devices
+def canonical_device(device) -> str:
+    """'cpu', 'cuda' or 'cuda:N' (or an object with a .type/.index pair) -> 'cpu' / 'cuda:N'."""
+    if device is None:
+        return "cpu"
+    name = str(device)
+    if name == "cpu":
+        return "cpu"
+    if name == "cuda":
+        return f"cuda:{_current_cuda_index()}"
+    if name.startswith("cuda:") and name[5:].isdigit():
+        return name
+    raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+
+
+def _current_cuda_index() -> int:
+    return cp.cuda.runtime.getDevice() if cuda_is_available() else 0
+
+
+def cuda_is_available() -> bool:
+    if cp is None:
+        return False
+    try:
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no driver, no device
+        return False
+
+
+def cuda_device_count() -> int:
+    return cp.cuda.runtime.getDeviceCount() if cuda_is_available() else 0
+
+
+def xp_for(device: str):
+    """The array namespace (numpy or cupy) that holds arrays of `device`."""
+    if device == "cpu":
+        return np
+    if not cuda_is_available():
+        raise RuntimeError(
+            f"device {device!r} needs CuPy and a CUDA GPU; install the 'cuda' extra "
+            "(pip install 'tinygrad_attn[cuda]') on a machine with a GPU"
+        )
+    return cp
+
+
+class _CudaScope:
+    """Makes device N current while arrays of "cuda:N" are allocated."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self._ctx = None
+
+    def __enter__(self):
+        if self.device != "cpu":
+            self._ctx = cp.cuda.Device(int(self.device.split(":")[1]))
+            self._ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+
+
+def on_device(device: str) -> _CudaScope:
+    return _CudaScope(device)
+
+
+def device_of(arr) -> str:
+    if isinstance(arr, np.ndarray):
+        return "cpu"
+    if cp is not None and isinstance(arr, cp.ndarray):
+        return f"cuda:{arr.device.id}"
+    raise TypeError(f"not an array: {type(arr).__name__}")
+
+
+def is_array(x) -> bool:
+    return isinstance(x, ndarray_types)
+
+
+# ----------------------------------------------------------------------------- layout
+def flat_buffer(arr):
+    """(flat, strides, offset) for a freshly computed array whose memory it owns densely.
+
+    `flat` is a 1-D view of the whole allocation, `strides` are in elements, `offset` is 0.
+    NumPy's ufuncs keep the memory order of their inputs (a transposed input gives an
+    F-ordered result): such a result is dense in some axis order, so it is exposed as-is,
+    without a copy. Returns None when the array is not dense (then the caller copies).
+    """
+    itemsize = arr.itemsize
+    if arr.flags.c_contiguous:
+        return arr.reshape(-1), _elem_strides(arr.shape, arr.strides, itemsize), 0
+    if arr.ndim and all(s > 0 for s in arr.strides):
+        order = sorted(range(arr.ndim), key=lambda i: -arr.strides[i])
+        dense = arr.transpose(order)
+        if dense.flags.c_contiguous:
+            return dense.reshape(-1), _elem_strides(arr.shape, arr.strides, itemsize), 0
+    return None
+
+
+def _elem_strides(shape, byte_strides, itemsize):
+    # a dimension of size 1 may carry any stride; report the contiguous one for it
+    return tuple(s // itemsize for s in byte_strides)
+
+
+def span_view(arr):
+    """(flat, strides, offset) for any array with non-negative strides, sharing its memory.
+
+    Used for arrays that come from outside (DLPack): `flat` is a 1-D view of the memory
+    span the array touches, starting at its first element.
+    """
+    if any(s < 0 for s in arr.strides):
+        return None
+    itemsize = arr.itemsize
+    strides = tuple(s // itemsize for s in arr.strides)
+    if arr.size == 0:
+        extent = 0
+    else:
+        extent = 1 + sum((n - 1) * s for n, s in zip(arr.shape, strides))
+    if isinstance(arr, np.ndarray):
+        flat = np.lib.stride_tricks.as_strided(arr, (extent,), (itemsize,))
+    else:
+        flat = cp.lib.stride_tricks.as_strided(arr, (extent,), (itemsize,))
+    return flat, strides, 0
+
+
+def strided(flat, shape, strides, offset):
+    """The array with the given shape/strides/offset (in elements) over a flat buffer."""
+    itemsize = flat.itemsize
+    byte_strides = tuple(s * itemsize for s in strides)
+    if isinstance(flat, np.ndarray):
+        return np.ndarray(shape, flat.dtype, flat, offset * itemsize, byte_strides)
+    return cp.ndarray(shape, flat.dtype, flat.data + offset * itemsize, byte_strides)
+
+
+def ascontiguous(arr):
+    """A C-contiguous copy (or the array itself if it already is)."""
+    xp = np if isinstance(arr, np.ndarray) else cp
+    return xp.ascontiguousarray(arr)
+
+
+def copy(arr, dtype: DType | None = None):
+    """A C-contiguous copy of `arr`, optionally cast."""
+    return arr.astype(arr.dtype if dtype is None else dtype.np, order="C", copy=True)
+
+
+def data_ptr(flat, offset: int) -> int:
+    if isinstance(flat, np.ndarray):
+        return flat.ctypes.data + offset * flat.itemsize
+    return flat.data.ptr + offset * flat.itemsize
+
+
+def to_host(arr):
+    """A NumPy array with the values of `arr` (a copy from the GPU; `arr` itself on CPU)."""
+    if isinstance(arr, np.ndarray):
+        return arr
+    return cp.asnumpy(arr)
+
+
+def to_device(arr, device: str):
+    """`arr` moved to `device` (a new allocation there)."""
+    if device == "cpu":
+        return to_host(arr)
+    with on_device(device):
+        return cp.asarray(arr)
+
+
+def asarray(data, dtype: DType | None, device: str):
+    """An array on `device` built from Python data, a NumPy/CuPy array or a scalar."""
+    np_dtype = None if dtype is None else dtype.np
+    if is_array(data) and device_of(data) == device:
+        arr = data.astype(np_dtype, copy=True) if np_dtype is not None else data.copy()
+    else:
+        host = np.array(to_host(data) if is_array(data) else data, dtype=np_dtype)
+        if dtype is None:
+            if host.dtype.kind == "f":
+                host = host.astype(np.float32)
+            elif host.dtype.kind in "iu" and host.dtype != np.uint8:
+                host = host.astype(np.int64)
+        arr = to_device(host, device) if device != "cpu" else host
+    if arr.dtype not in _BY_NP:
+        raise TypeError(f"tensor(): unsupported dtype {arr.dtype}")
+    return arr
+
+
+def ensure_array(x):
+    """A 0-d array for a NumPy scalar (reductions and ufuncs on 0-d arrays return those)."""
+    return np.asarray(x)
+
+
+def scalar_array(value, dtype: DType, device: str):
+    return asarray(value, dtype, device)
+
+
+# ----------------------------------------------------------------------------- kernels
+def scatter_add(target, index, values) -> None:
+    """target[index] += values, with repeated indices summed (unbuffered)."""
+    if isinstance(target, np.ndarray):
+        np.add.at(target, index, values)
+    else:
+        import cupyx
+
+        cupyx.scatter_add(target, index, values)
+
+
+_AS_P = 0.3275911
+_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x):
+    """The error function, elementwise.
+
+    float64 on NumPy uses the C library's erf (exact to rounding; slow, meant for checks);
+    float32/16 on NumPy uses Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32's
+    epsilon) computed in float32; CuPy uses its own erf kernel.
+    """
+    if not isinstance(x, np.ndarray):
+        import cupyx.scipy.special
+
+        return cupyx.scipy.special.erf(x)
+    if x.dtype == np.float64:
+        return _erf64(x).astype(np.float64)
+    a1, a2, a3, a4, a5 = _AS_A
+    ax = np.abs(x)
+    t = 1.0 / (1.0 + _AS_P * ax)
+    poly = t * (a1 + t * (a2 + t * (a3 + t * (a4 + t * a5))))
+    y = 1.0 - poly * np.exp(-ax * ax)
+    return np.copysign(y, x).astype(x.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------- RNG
+class Generator:
+    """One seeded random stream per device, like torch.manual_seed."""
+
+    def __init__(self, seed: int = 0):
+        self.manual_seed(seed)
+
+    def manual_seed(self, seed: int) -> None:
+        self.seed = int(seed)
+        self._cpu = np.random.default_rng(self.seed)
+        self._cuda = {}
+
+    def _rng(self, device: str):
+        if device == "cpu":
+            return self._cpu
+        if device not in self._cuda:
+            with on_device(device):
+                self._cuda[device] = cp.random.default_rng(self.seed)
+        return self._cuda[device]
+
+    def normal(self, shape, dtype: DType, device: str):
+        rng = self._rng(device)
+        if dtype.np in (np.float32, np.float64):
+            return rng.standard_normal(shape, dtype=dtype.np)
+        return rng.standard_normal(shape, dtype=np.float32).astype(dtype.np)
+
+    def uniform(self, shape, dtype: DType, device: str):
+        rng = self._rng(device)
+        if dtype.np in (np.float32, np.float64):
+            return rng.random(shape, dtype=dtype.np)
+        return rng.random(shape, dtype=np.float32).astype(dtype.np)
+
+    def integers(self, low, high, shape, dtype: DType, device: str):
+        return self._rng(device).integers(low, high, size=shape).astype(dtype.np)
+
+    def get_state(self):
+        return {"cpu": self._cpu.bit_generator.state, "seed": self.seed}
+
+    def set_state(self, state) -> None:
+        self._cpu.bit_generator.state = state["cpu"]
+
+
+# ----------------------------------------------------------------------------- DLPack
+def from_dlpack(obj):
+    """An array (NumPy for host memory, CuPy for device memory) sharing `obj`'s memory."""
+    dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
+    if dev == 1:  # kDLCPU
+        return np.from_dlpack(obj)
+    if cp is None:
+        raise RuntimeError("from_dlpack: the object lives on a GPU and CuPy is not installed")
+    return cp.from_dlpack(obj)
+
+
+def host_memory_tracking():
+    """tracemalloc-visible NumPy allocations are tracked under this domain."""
+    return np.lib.tracemalloc_domain

@@ -1,0 +1,193 @@
+"""Tensor factories and the seeded random generator."""
+
+from __future__ import annotations
+
+from . import backend
+from .tensor import Tensor, from_array
+
+default_generator = backend.Generator(0)
+
+
+def manual_seed(seed: int) -> backend.Generator:
+    """Seed the random streams of every device (as torch.manual_seed)."""
+    default_generator.manual_seed(seed)
+    return default_generator
+
+
+def _shape(args) -> tuple:
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    shape = tuple(int(s) for s in args)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    return shape
+
+
+def _finish(arr, requires_grad: bool) -> Tensor:
+    t = from_array(arr)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _dtype(dtype, default=backend.float32):
+    return default if dtype is None else backend.to_dtype(dtype)
+
+
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A new tensor holding a copy of `data` (nested lists, scalars, NumPy arrays, Tensors).
+
+    Python floats become float32 and Python ints int64, as in PyTorch.
+    """
+    return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def _filled(kind, shape, dtype, device, requires_grad, value=None):
+    device = backend.canonical_device(device)
+    dtype = _dtype(dtype)
+    xp = backend.xp_for(device)
+    with backend.on_device(device):
+        if kind == "full":
+            arr = xp.full(shape, value, dtype=dtype.np)
+        else:
+            arr = getattr(xp, kind)(shape, dtype=dtype.np)
+    return _finish(arr, requires_grad)
+
+
+def zeros(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _filled("zeros", _shape(shape), dtype, device, requires_grad)
+
+
+def ones(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _filled("ones", _shape(shape), dtype, device, requires_grad)
+
+
+def empty(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _filled("empty", _shape(shape), dtype, device, requires_grad)
+
+
+def full(shape, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if dtype is None and isinstance(fill_value, bool):
+        dtype = backend.bool_
+    elif dtype is None and isinstance(fill_value, int):
+        dtype = backend.int64
+    return _filled("full", _shape((shape,)), dtype, device, requires_grad, fill_value)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        is_int = all(isinstance(v, int) for v in (start, end, step))
+        dtype = backend.int64 if is_int else backend.float32
+    dtype = backend.to_dtype(dtype)
+    device = backend.canonical_device(device)
+    xp = backend.xp_for(device)
+    with backend.on_device(device):
+        arr = xp.arange(start, end, step).astype(dtype.np)
+    return _finish(arr, requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dtype, device = _dtype(dtype), backend.canonical_device(device)
+    xp = backend.xp_for(device)
+    with backend.on_device(device):
+        arr = xp.linspace(start, end, steps).astype(dtype.np)
+    return _finish(arr, requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dtype, device = _dtype(dtype), backend.canonical_device(device)
+    xp = backend.xp_for(device)
+    with backend.on_device(device):
+        arr = xp.eye(n, m, dtype=dtype.np)
+    return _finish(arr, requires_grad)
+
+
+def randn(*shape, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    """Standard normal samples from the seeded generator (see manual_seed)."""
+    dtype, device = _dtype(dtype), backend.canonical_device(device)
+    gen = generator or default_generator
+    with backend.on_device(device):
+        arr = gen.normal(_shape(shape), dtype, device)
+    return _finish(arr, requires_grad)
+
+
+def rand(*shape, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    """Uniform samples in [0, 1) from the seeded generator."""
+    dtype, device = _dtype(dtype), backend.canonical_device(device)
+    gen = generator or default_generator
+    with backend.on_device(device):
+        arr = gen.uniform(_shape(shape), dtype, device)
+    return _finish(arr, requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=None, device=None, generator=None) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    dtype, device = _dtype(dtype, backend.int64), backend.canonical_device(device)
+    gen = generator or default_generator
+    with backend.on_device(device):
+        arr = gen.integers(low, high, _shape((size,)), dtype, device)
+    return _finish(arr, False)
+
+
+def _like(kind, t: Tensor, dtype, device, requires_grad, value=None):
+    dtype = t.dtype if dtype is None else dtype
+    device = t.device if device is None else device
+    if kind == "full":
+        return full(t.shape, value, dtype=dtype, device=device, requires_grad=requires_grad)
+    if kind in ("randn", "rand"):
+        fn = randn if kind == "randn" else rand
+        return fn(t.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+    return _filled(kind, t.shape, dtype, device, requires_grad)
+
+
+def zeros_like(t, dtype=None, device=None, requires_grad=False):
+    return _like("zeros", t, dtype, device, requires_grad)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False):
+    return _like("ones", t, dtype, device, requires_grad)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False):
+    return _like("empty", t, dtype, device, requires_grad)
+
+
+def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
+    return _like("full", t, dtype, device, requires_grad, fill_value)
+
+
+def randn_like(t, dtype=None, device=None, requires_grad=False):
+    return _like("randn", t, dtype, device, requires_grad)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False):
+    return _like("rand", t, dtype, device, requires_grad)
+
+
+def from_numpy(arr) -> Tensor:
+    """A tensor sharing the memory of a NumPy array (no copy)."""
+    return from_dlpack(arr)
+
+
+def from_dlpack(obj) -> Tensor:
+    """A tensor sharing the memory of any DLPack producer (NumPy, PyTorch, CuPy): no copy.
+
+    The producer's memory becomes one Storage; strided producers keep their strides.
+    """
+    from .storage import Storage
+    from .tensor import _make
+
+    arr = backend.from_dlpack(obj)
+    span = backend.span_view(arr)
+    if span is None:
+        raise ValueError(
+            f"from_dlpack: arrays with negative strides are not supported (strides "
+            f"{arr.strides}); make a copy first"
+        )
+    flat, strides, offset = span
+    storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr))
+    return _make(storage, arr.shape, strides, offset)
+

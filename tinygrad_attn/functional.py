@@ -1,0 +1,37 @@
+"""User-facing functions (as torch.nn.functional): thin names over the ops."""
+
+from __future__ import annotations
+
+from . import ops
+from .ops import (  # noqa: F401
+    cat, gather, gelu, index_select, log_softmax, logsumexp, matmul, masked_fill, relu,
+    sigmoid, silu, softmax, stack, tanh, tril, triu, where,
+)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002
+    return ops.clamp(x, min, max)
+
+
+def exp(x):
+    return ops.exp(x)
+
+
+def log(x):
+    return ops.log(x)
+
+
+def sqrt(x):
+    return ops.sqrt(x)
+
+
+def rsqrt(x):
+    return ops.rsqrt(x)
+
+
+def maximum(a, b):
+    return ops.maximum(a, b)
+
+
+def minimum(a, b):
+    return ops.minimum(a, b)

@@ -1,0 +1,469 @@
+"""Elementwise ops with NumPy broadcasting; backward sums gradients back to input shapes."""
+
+from __future__ import annotations
+
+import math
+
+from .. import backend
+from ..autograd import Function
+from ._util import Tensor, broadcast_shape, check_same_device, from_array, operand, unbroadcast
+
+
+def _shape(x):
+    return x.shape if type(x) is Tensor else ()
+
+
+def _binary_arrays(op: str, a, b):
+    """Arrays/scalars of a binary op after device and broadcast checks, and the xp."""
+    device = check_same_device(op, a, b)
+    broadcast_shape(op, a, b)
+    return operand(a, None), operand(b, None), backend.xp_for(device)
+
+
+def _wrap(arr) -> Tensor:
+    return from_array(arr)
+
+
+# ----------------------------------------------------------------------------- binary
+class Add(Function):
+    """y = a + b;  ga = g, gb = g (summed over broadcast dims). Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        A, B, xp = _binary_arrays("add", a, b)
+        ctx.shapes = (_shape(a), _shape(b))
+        return _wrap(xp.add(A, B))
+
+    @staticmethod
+    def backward(ctx, g):
+        sa, sb = ctx.shapes
+        na, nb = ctx.needs_input_grad
+        return (unbroadcast(g, sa) if na else None, unbroadcast(g, sb) if nb else None)
+
+
+class Sub(Function):
+    """y = a - b;  ga = g, gb = -g. Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        A, B, xp = _binary_arrays("sub", a, b)
+        ctx.shapes = (_shape(a), _shape(b))
+        return _wrap(xp.subtract(A, B))
+
+    @staticmethod
+    def backward(ctx, g):
+        sa, sb = ctx.shapes
+        na, nb = ctx.needs_input_grad
+        gb = unbroadcast(_wrap(-g._array()), sb) if nb else None
+        return (unbroadcast(g, sa) if na else None, gb)
+
+
+class Mul(Function):
+    """y = a * b;  ga = g * b, gb = g * a. Saves each input only if the other needs a grad."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        A, B, xp = _binary_arrays("mul", a, b)
+        na, nb = ctx.needs_input_grad
+        ctx.shapes = (_shape(a), _shape(b))
+        ctx.scalars = (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
+        ctx.save_for_backward(
+            a if nb and type(a) is Tensor else None, b if na and type(b) is Tensor else None
+        )
+        return _wrap(xp.multiply(A, B))
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        sa, sb = ctx.shapes
+        ca, cb = ctx.scalars
+        na, nb = ctx.needs_input_grad
+        G = g._array()
+        ga = unbroadcast(_wrap(G * (cb if b is None else b._array())), sa) if na else None
+        gb = unbroadcast(_wrap(G * (ca if a is None else a._array())), sb) if nb else None
+        return ga, gb
+
+
+class Div(Function):
+    """y = a / b;  ga = g / b, gb = -g * a / b^2. Saves a and b (as needed)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        A, B, xp = _binary_arrays("div", a, b)
+        ctx.shapes = (_shape(a), _shape(b))
+        ctx.scalars = (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
+        nb = ctx.needs_input_grad[1]
+        ctx.save_for_backward(
+            a if nb and type(a) is Tensor else None, b if type(b) is Tensor else None
+        )
+        return _wrap(xp.true_divide(A, B))
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        sa, sb = ctx.shapes
+        ca, cb = ctx.scalars
+        na, nb = ctx.needs_input_grad
+        G = g._array()
+        B = cb if b is None else b._array()
+        ga = unbroadcast(_wrap(G / B), sa) if na else None
+        gb = None
+        if nb:
+            A = ca if a is None else a._array()
+            gb = unbroadcast(_wrap(-G * A / (B * B)), sb)
+        return ga, gb
+
+
+class Pow(Function):
+    """y = a ** b;  ga = g * b * a^(b-1), gb = g * y * log(a). Saves a, b and (for gb) y."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        A, B, xp = _binary_arrays("pow", a, b)
+        ctx.shapes = (_shape(a), _shape(b))
+        ctx.scalars = (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
+        y = _wrap(xp.power(A, B))
+        nb = ctx.needs_input_grad[1]
+        ctx.save_for_backward(
+            a if type(a) is Tensor else None, b if type(b) is Tensor else None,
+            y if nb else None,
+        )
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b, y = ctx.saved_tensors
+        sa, sb = ctx.shapes
+        ca, cb = ctx.scalars
+        na, nb = ctx.needs_input_grad
+        G = g._array()
+        A = ca if a is None else a._array()
+        B = cb if b is None else b._array()
+        ga = unbroadcast(_wrap(G * B * A ** (B - 1)), sa) if na else None
+        gb = None
+        if nb:
+            xp = backend.xp_for(g.device)
+            log_a = xp.log(A) if a is not None else math.log(A)
+            gb = unbroadcast(_wrap(G * y._array() * log_a), sb)
+        return ga, gb
+
+
+class _MinMax(Function):
+    """y = max(a, b) (or min);  the gradient goes to the chosen input, split evenly on ties.
+
+    Saves a and b (the comparison is all backward needs, but both operands define it).
+    """
+
+    pick = "maximum"
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        A, B, xp = _binary_arrays(cls.pick, a, b)
+        ctx.shapes = (_shape(a), _shape(b))
+        ctx.save_for_backward(a, b)
+        return _wrap(getattr(xp, cls.pick)(A, B))
+
+    @classmethod
+    def backward(cls, ctx, g):
+        a, b = ctx.saved_tensors
+        A, B = a._array(), b._array()
+        G = g._array()
+        wins = (A > B) if cls.pick == "maximum" else (A < B)
+        tie = A == B
+        share_a = wins + 0.5 * tie
+        na, nb = ctx.needs_input_grad
+        ga = unbroadcast(_wrap(G * share_a.astype(G.dtype)), ctx.shapes[0]) if na else None
+        gb = unbroadcast(_wrap(G * (1 - share_a).astype(G.dtype)), ctx.shapes[1]) if nb else None
+        return ga, gb
+
+
+class Maximum(_MinMax):
+    pick = "maximum"
+
+
+class Minimum(_MinMax):
+    pick = "minimum"
+
+
+# ----------------------------------------------------------------------------- unary
+class Neg(Function):
+    """y = -x;  gx = -g. Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return _wrap(-x._array())
+
+    @staticmethod
+    def backward(ctx, g):
+        return _wrap(-g._array())
+
+
+class Exp(Function):
+    """y = exp(x);  gx = g * y. Saves the output (backward needs exactly y)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _wrap(backend.xp_for(x.device).exp(x._array()))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return _wrap(g._array() * y._array())
+
+
+class Log(Function):
+    """y = log(x);  gx = g / x. Saves the input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _wrap(backend.xp_for(x.device).log(x._array()))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return _wrap(g._array() / x._array())
+
+
+class Sqrt(Function):
+    """y = sqrt(x);  gx = g / (2 y). Saves the output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _wrap(backend.xp_for(x.device).sqrt(x._array()))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return _wrap(g._array() / (2 * y._array()))
+
+
+class Rsqrt(Function):
+    """y = 1/sqrt(x);  gx = -g * y^3 / 2. Saves the output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        xp = backend.xp_for(x.device)
+        y = _wrap(xp.reciprocal(xp.sqrt(x._array())))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        Y = y._array()
+        return _wrap(-0.5 * g._array() * Y * Y * Y)
+
+
+class Abs(Function):
+    """y = |x|;  gx = g * sign(x). Saves the input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _wrap(backend.xp_for(x.device).abs(x._array()))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return _wrap(g._array() * backend.xp_for(x.device).sign(x._array()))
+
+
+class Tanh(Function):
+    """y = tanh(x);  gx = g * (1 - y^2). Saves the output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _wrap(backend.xp_for(x.device).tanh(x._array()))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        Y = y._array()
+        return _wrap(g._array() * (1 - Y * Y))
+
+
+def _sigmoid_array(xp, X):
+    # exp of -|x| never overflows; pick the matching form on each side of zero
+    e = xp.exp(-xp.abs(X))
+    return xp.where(X >= 0, 1 / (1 + e), e / (1 + e))
+
+
+class Sigmoid(Function):
+    """y = 1 / (1 + exp(-x));  gx = g * y * (1 - y). Saves the output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _wrap(_sigmoid_array(backend.xp_for(x.device), x._array()).astype(x.dtype.np))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        Y = y._array()
+        return _wrap(g._array() * Y * (1 - Y))
+
+
+class Relu(Function):
+    """y = max(x, 0);  gx = g * (y > 0). Saves the output (its sign is the mask)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        X = x._array()
+        y = _wrap(backend.xp_for(x.device).maximum(X, 0).astype(X.dtype, copy=False))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return _wrap(g._array() * (y._array() > 0))
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+class Gelu(Function):
+    """y = x * Phi(x) (exact, with erf) or its tanh approximation.
+
+    gx = g * (Phi(x) + x * phi(x)) (exact); saves the input, from which both terms follow.
+    """
+
+    @staticmethod
+    def forward(ctx, x, approximate="none"):
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        ctx.approximate = approximate
+        ctx.save_for_backward(x)
+        if approximate == "tanh":
+            inner = _SQRT_2_OVER_PI * (X + 0.044715 * X * X * X)
+            return _wrap(0.5 * X * (1 + xp.tanh(inner)))
+        if approximate != "none":
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        return _wrap(0.5 * X * (1 + backend.erf(X * _INV_SQRT_2)))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        xp = backend.xp_for(x.device)
+        X, G = x._array(), g._array()
+        if ctx.approximate == "tanh":
+            inner = _SQRT_2_OVER_PI * (X + 0.044715 * X * X * X)
+            t = xp.tanh(inner)
+            d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * X * X)
+            return _wrap(G * (0.5 * (1 + t) + 0.5 * X * (1 - t * t) * d_inner))
+        cdf = 0.5 * (1 + backend.erf(X * _INV_SQRT_2))
+        pdf = _INV_SQRT_2PI * xp.exp(-0.5 * X * X)
+        return _wrap(G * (cdf + X * pdf))
+
+
+class Silu(Function):
+    """y = x * sigmoid(x);  gx = g * s * (1 + x * (1 - s)). Saves the input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        ctx.save_for_backward(x)
+        return _wrap((X * _sigmoid_array(xp, X)).astype(X.dtype, copy=False))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        X = x._array()
+        s = _sigmoid_array(backend.xp_for(x.device), X)
+        return _wrap((g._array() * s * (1 + X * (1 - s))).astype(X.dtype, copy=False))
+
+
+class Clamp(Function):
+    """y = min(max(x, lo), hi);  gx = g where lo <= x <= hi, else 0. Saves the input."""
+
+    @staticmethod
+    def forward(ctx, x, lo=None, hi=None):
+        if lo is None and hi is None:
+            raise ValueError("clamp: at least one of min and max must be given")
+        ctx.bounds = (lo, hi)
+        ctx.save_for_backward(x)
+        X = x._array()
+        xp = backend.xp_for(x.device)
+        out = X
+        if lo is not None:
+            out = xp.maximum(out, lo)
+        if hi is not None:
+            out = xp.minimum(out, hi)
+        return _wrap(out.astype(X.dtype, copy=False))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        lo, hi = ctx.bounds
+        X = x._array()
+        inside = True
+        if lo is not None:
+            inside = X >= lo
+        if hi is not None:
+            inside = inside & (X <= hi) if lo is not None else X <= hi
+        return _wrap(g._array() * inside)
+
+
+# ----------------------------------------------------------------------------- no grad
+_COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+            "gt": "greater", "ge": "greater_equal"}
+
+
+def compare(a, b, how: str) -> Tensor:
+    """Elementwise comparison: a bool tensor, never differentiable."""
+    A, B, xp = _binary_arrays(how, a, b)
+    return _wrap(getattr(xp, _COMPARE[how])(A, B))
+
+
+def logical(a, b, how: str) -> Tensor:
+    A, B, xp = _binary_arrays(how, a, b)
+    return _wrap(xp.logical_and(A, B) if how == "and" else xp.logical_or(A, B))
+
+
+def logical_not(a: Tensor) -> Tensor:
+    xp = backend.xp_for(a.device)
+    A = a._array()
+    return _wrap(xp.logical_not(A) if A.dtype == bool else xp.invert(A))
+
+
+def any_all(a: Tensor, how: str) -> Tensor:
+    xp = backend.xp_for(a.device)
+    return _wrap(xp.asarray(getattr(xp, how)(a._array())))
+
+
+# ----------------------------------------------------------------------------- entry points
+def _tensor_first(op, a, b):
+    if type(a) is not Tensor and type(b) is not Tensor:
+        raise TypeError(f"{op}: at least one operand must be a Tensor")
+
+
+def add(a, b): return Add.apply(a, b)
+def sub(a, b): return Sub.apply(a, b)
+def mul(a, b): return Mul.apply(a, b)
+def div(a, b): return Div.apply(a, b)
+def pow(a, b): return Pow.apply(a, b)  # noqa: A001
+def maximum(a, b): return Maximum.apply(a, b)
+def minimum(a, b): return Minimum.apply(a, b)
+def neg(x): return Neg.apply(x)
+def exp(x): return Exp.apply(x)
+def log(x): return Log.apply(x)
+def sqrt(x): return Sqrt.apply(x)
+def rsqrt(x): return Rsqrt.apply(x)
+def abs(x): return Abs.apply(x)  # noqa: A001
+def tanh(x): return Tanh.apply(x)
+def sigmoid(x): return Sigmoid.apply(x)
+def relu(x): return Relu.apply(x)
+def gelu(x, approximate="none"): return Gelu.apply(x, approximate=approximate)
+def silu(x): return Silu.apply(x)
+def clamp(x, min=None, max=None): return Clamp.apply(x, lo=min, hi=max)  # noqa: A002

@@ -1,0 +1,284 @@
+"""In-place ops: they write into the tensor's Storage and bump its version counter.
+
+Autograd through an in-place op rebases the tensor's history (its grad_fn becomes the
+in-place op's node, whose input edge is the tensor's previous history), as in PyTorch.
+Two cases are refused with a clear error instead: an in-place op on a leaf that requires
+grad (it would destroy the value the gradient is for), and, while recording, an in-place
+op on a view of another tensor (its base's history cannot be rewritten here).
+"""
+
+from __future__ import annotations
+
+from .. import backend
+from .. import shape as shp
+from ..autograd import Function, GradMode
+from ..errors import ShapeError
+from ._util import Tensor, check_same_device, from_array, unbroadcast
+from .indexing import _index_arrays
+
+
+def _bump(t: Tensor) -> None:
+    t._storage.version += 1
+
+
+def _check_broadcast_into(op: str, target: Tensor, other) -> None:
+    if type(other) is Tensor and other.shape != target.shape:
+        out = shp.broadcast_shapes(target.shape, other.shape, op=op)
+        if out != target.shape:
+            raise ShapeError(
+                f"{op}: operand of shape {tuple(other.shape)} does not broadcast to the "
+                f"in-place target's shape {tuple(target.shape)}"
+            )
+
+
+def _value(x, dtype):
+    return x._array() if type(x) is Tensor else x
+
+
+class AddInplace(Function):
+    """x += alpha * other;  gx = g, g_other = alpha * g (summed to its shape). Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x, other, alpha=1):
+        X, O = x._array(), _value(other, x.dtype)
+        if alpha != 1:
+            O = O * alpha
+        xp = backend.xp_for(x.device)
+        xp.add(X, O, out=X, casting="unsafe")
+        _bump(x)
+        ctx.alpha, ctx.other_shape = alpha, getattr(other, "shape", ())
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        nx, no = ctx.needs_input_grad[:2]
+        go = None
+        if no:
+            go = g if ctx.alpha == 1 else from_array(g._array() * ctx.alpha)
+            go = unbroadcast(go, ctx.other_shape)
+        return (g if nx else None), go
+
+
+class MulInplace(Function):
+    """x *= other;  gx = g * other, g_other = g * x_old. Saves other, and x_old only if the
+    other operand needs a gradient (a copy made before the write, reason 'inplace-save')."""
+
+    @staticmethod
+    def forward(ctx, x, other):
+        X, O = x._array(), _value(other, x.dtype)
+        old = None
+        if ctx.needs_input_grad[1]:
+            old = from_array(backend.copy(X), "inplace-save")
+        backend.xp_for(x.device).multiply(X, O, out=X, casting="unsafe")
+        _bump(x)
+        ctx.scalar = None if type(other) is Tensor else other
+        ctx.other_shape = getattr(other, "shape", ())
+        ctx.save_for_backward(other if type(other) is Tensor else None, old)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        other, old = ctx.saved_tensors
+        nx, no = ctx.needs_input_grad[:2]
+        G = g._array()
+        O = ctx.scalar if other is None else other._array()
+        gx = from_array(G * O) if nx else None
+        go = unbroadcast(from_array(G * old._array()), ctx.other_shape) if no else None
+        return gx, go
+
+
+class DivInplace(Function):
+    """x /= other;  gx = g / other, g_other = -g * x_new / other. Saves other and x_new."""
+
+    @staticmethod
+    def forward(ctx, x, other):
+        X, O = x._array(), _value(other, x.dtype)
+        backend.xp_for(x.device).true_divide(X, O, out=X, casting="unsafe")
+        _bump(x)
+        ctx.scalar = None if type(other) is Tensor else other
+        ctx.other_shape = getattr(other, "shape", ())
+        ctx.save_for_backward(other if type(other) is Tensor else None,
+                              x if ctx.needs_input_grad[1] else None)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        other, new = ctx.saved_tensors
+        nx, no = ctx.needs_input_grad[:2]
+        G = g._array()
+        O = ctx.scalar if other is None else other._array()
+        gx = from_array(G / O) if nx else None
+        go = unbroadcast(from_array(-G * new._array() / O), ctx.other_shape) if no else None
+        return gx, go
+
+
+class FillInplace(Function):
+    """x[...] = value;  gx = 0 (the old values are gone), g_value = sum(g). Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x, value):
+        x._array()[...] = _value(value, x.dtype)
+        _bump(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        gv = from_array(g._array().sum()) if ctx.needs_input_grad[1] else None
+        return None, gv
+
+
+class CopyInplace(Function):
+    """x[...] = src (broadcast, cast to x's dtype);  gx = 0, g_src = g summed to src's shape.
+
+    Saves nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, x, src):
+        ctx.src_shape, ctx.src_dtype = src.shape, src.dtype
+        x._array()[...] = src._array()
+        _bump(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        gs = None
+        if ctx.needs_input_grad[1]:
+            gs = unbroadcast(g, ctx.src_shape)
+            if gs.dtype is not ctx.src_dtype:
+                gs = from_array(backend.copy(gs._array(), ctx.src_dtype))
+        return None, gs
+
+
+class MaskedFillInplace(Function):
+    """x[mask] = value;  gx = g with zeros where mask. Saves the mask."""
+
+    @staticmethod
+    def forward(ctx, x, mask, value):
+        if mask.dtype.name != "bool":
+            raise TypeError(f"masked_fill_: mask must be a bool tensor, got {mask.dtype.name}")
+        _check_broadcast_into("masked_fill_", x, mask)
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        xp.copyto(X, _value(value, x.dtype), where=xp.broadcast_to(mask._array(), X.shape),
+                  casting="unsafe")
+        _bump(x)
+        ctx.save_for_backward(mask)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        return from_array(xp.where(mask._array(), 0, g._array()).astype(g.dtype.np)), None, None
+
+
+class ClampInplace(Function):
+    """x = clamp(x, lo, hi);  gx = g where lo <= x_old <= hi. Saves that mask (bool)."""
+
+    @staticmethod
+    def forward(ctx, x, lo, hi):
+        if lo is None and hi is None:
+            raise ValueError("clamp_: at least one of min and max must be given")
+        X = x._array()
+        xp = backend.xp_for(x.device)
+        if ctx.needs_input_grad[0]:
+            inside = xp.ones(X.shape, dtype=bool)
+            if lo is not None:
+                inside &= X >= lo
+            if hi is not None:
+                inside &= X <= hi
+            ctx.save_for_backward(from_array(inside))
+        xp.clip(X, lo, hi, out=X)
+        _bump(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        (inside,) = ctx.saved_tensors
+        return from_array(g._array() * inside._array()), None, None
+
+
+class SetItem(Function):
+    """x[index] = value;  gx = g with zeros at index, g_value = g[index] summed to its shape.
+
+    Saves nothing but the index.
+    """
+
+    @staticmethod
+    def forward(ctx, x, value, index):
+        X = x._array()
+        V = value._array() if type(value) is Tensor else value
+        try:
+            X[index] = V
+        except (ValueError, IndexError) as e:
+            vshape = tuple(value.shape) if type(value) is Tensor else ()
+            raise ShapeError(
+                f"setitem: cannot assign a value of shape {vshape} to the indexed part of a "
+                f"tensor of shape {tuple(x.shape)}: {e}"
+            ) from None
+        _bump(x)
+        ctx.index = index
+        ctx.value_shape = value.shape if type(value) is Tensor else None
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        nx, nv = ctx.needs_input_grad[:2]
+        G = g._array()
+        gx = gv = None
+        if nx:
+            out = backend.copy(G)
+            out[ctx.index] = 0
+            gx = from_array(out)
+        if nv:
+            part = backend.copy(G[ctx.index])
+            gv = unbroadcast(from_array(part), ctx.value_shape)
+        return gx, gv, None
+
+
+_KINDS = {"add": AddInplace, "mul": MulInplace, "div": DivInplace, "fill": FillInplace,
+          "copy": CopyInplace, "masked_fill": MaskedFillInplace, "clamp": ClampInplace}
+
+
+def _guard(op: str, x: Tensor, *others) -> None:
+    if not GradMode.enabled:
+        return
+    if x.requires_grad and x.grad_fn is None:
+        raise RuntimeError(
+            f"{op}: a leaf tensor that requires grad (shape {tuple(x.shape)}) is being used "
+            "in an in-place operation; do it under ta.no_grad() or on a copy"
+        )
+    recording = x.requires_grad or any(type(o) is Tensor and o.requires_grad for o in others)
+    if recording and x._base is not None:
+        raise RuntimeError(
+            f"{op}: in-place modification of a view (shape {tuple(x.shape)}) while recording "
+            "gradients is not supported; write into the base tensor (base[index] = value) or "
+            "use an out-of-place op"
+        )
+
+
+def inplace(x: Tensor, kind: str, *args):
+    op = f"{kind}_"
+    _guard(op, x, *args)
+    check_same_device(op, x, *args)
+    if kind in ("add", "mul", "div", "copy"):
+        _check_broadcast_into(op, x, args[0])
+    if kind == "copy" and type(args[0]) is not Tensor:
+        raise TypeError(f"copy_: src must be a Tensor, got {type(args[0]).__name__}")
+    fn = _KINDS[kind]
+    if kind == "add":
+        return fn.apply(x, args[0], alpha=args[1])
+    return fn.apply(x, *args)
+
+
+def setitem(x: Tensor, index, value) -> None:
+    _guard("setitem", x, value)
+    check_same_device("setitem", x, value)
+    from .movement import _basic_index
+
+    basic = _basic_index(index)
+    np_index = basic if basic is not None else _index_arrays(x, index)
+    if type(value) is not Tensor and not isinstance(value, (int, float, bool)):
+        value = Tensor(value, dtype=x.dtype, device=x.device)
+    SetItem.apply(x, value, index=np_index)

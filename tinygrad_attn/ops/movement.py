@@ -1,0 +1,505 @@
+"""Zero-copy view ops. Each returns a Tensor over the same Storage; none allocates.
+
+The backward of a movement op is the inverse movement (after early tinygrad): transpose
+of a gradient is a transpose, permute is undone by the inverse permutation, expand is
+undone by a sum, reshape by a reshape. A slice's gradient is a `SliceGrad`: the engine
+writes all slices of one base into one base-sized buffer.
+"""
+
+from __future__ import annotations
+
+from .. import backend
+from .. import shape as shp
+from ..autograd import Function, SliceGrad
+from ..errors import ShapeError
+from ..tensor import Tensor, _make, from_array
+
+
+def _view(x: Tensor, shape, strides, offset=None) -> Tensor:
+    return _make(x._storage, shape, strides, x._offset if offset is None else offset, base=x)
+
+
+class View(Function):
+    """y = x viewed with a new shape (strides must allow it);  gx = g.reshape(x.shape).
+
+    Saves nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, x, shape):
+        new_shape = shp.infer_shape(shape, x.numel(), "view")
+        strides = shp.view_strides(x.shape, x._strides, new_shape)
+        if strides is None:
+            raise ShapeError(
+                f"view: shape {new_shape} is not compatible with the input's size and stride "
+                f"(shape {tuple(x.shape)}, strides {tuple(x._strides)}): at least one new dim "
+                "spans two non-contiguous chunks of memory. Use .reshape(...) (which copies "
+                "when it must) or call .contiguous() first."
+            )
+        ctx.in_shape = x.shape
+        return _view(x, new_shape, strides)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(ctx.in_shape)
+
+
+class ReshapeCopy(Function):
+    """y = a contiguous copy of x with a new shape, when no view can express it.
+
+    Recorded as a copy with reason 'reshape-copy'. gx = g.reshape(x.shape). Saves nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.in_shape = x.shape
+        arr = backend.copy(x._array())
+        return from_array(arr.reshape(shape), "reshape-copy")
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(ctx.in_shape)
+
+
+def view(x: Tensor, shape) -> Tensor:
+    return View.apply(x, tuple(shape))
+
+
+def reshape(x: Tensor, shape) -> Tensor:
+    """A view when the strides allow it, else a copy (recorded as 'reshape-copy')."""
+    new_shape = shp.infer_shape(shape, x.numel(), "reshape")
+    if new_shape == x.shape:
+        return view(x, new_shape)
+    if shp.view_strides(x.shape, x._strides, new_shape) is not None:
+        return View.apply(x, new_shape)
+    return ReshapeCopy.apply(x, new_shape)
+
+
+class Permute(Function):
+    """y = x with dims reordered (strides reordered; no copy);  gx = g.permute(inverse).
+
+    Saves nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, x, dims):
+        if len(dims) != x.ndim:
+            raise ShapeError(
+                f"permute: number of dims {len(dims)} does not match the tensor's {x.ndim} "
+                f"(shape {tuple(x.shape)}, dims {tuple(dims)})"
+            )
+        dims = shp.normalize_dims(dims, x.ndim, "permute")
+        ctx.inverse = tuple(sorted(range(len(dims)), key=dims.__getitem__))
+        return _view(x, tuple(x.shape[d] for d in dims), tuple(x._strides[d] for d in dims))
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.permute(ctx.inverse)
+
+
+class Transpose(Function):
+    """y = x with two dims swapped (a strided view);  gx = g.transpose(d0, d1). Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x, dim0, dim1):
+        d0 = shp.normalize_dim(dim0, x.ndim, "transpose")
+        d1 = shp.normalize_dim(dim1, x.ndim, "transpose")
+        ctx.dims = (d0, d1)
+        shape, strides = list(x.shape), list(x._strides)
+        shape[d0], shape[d1] = shape[d1], shape[d0]
+        strides[d0], strides[d1] = strides[d1], strides[d0]
+        return _view(x, tuple(shape), tuple(strides))
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.transpose(*ctx.dims)
+
+
+def permute(x, dims):
+    return Permute.apply(x, tuple(dims))
+
+
+def transpose(x, dim0, dim1):
+    if x.ndim < 2 and dim0 in (0, -1) and dim1 in (0, -1):
+        return x
+    return Transpose.apply(x, dim0, dim1)
+
+
+class Expand(Function):
+    """y = x broadcast to `shape` (stride 0 on new/size-1 dims; no copy);  gx = sum of g.
+
+    Saves nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, x, shape):
+        shape = tuple(shape)
+        if len(shape) < x.ndim:
+            raise ShapeError(
+                f"expand: the number of sizes {len(shape)} must be >= the number of dims "
+                f"{x.ndim} (shape {tuple(x.shape)} to {shape})"
+            )
+        lead = len(shape) - x.ndim
+        new_shape, new_strides = [], []
+        for i, size in enumerate(shape):
+            if i < lead:
+                if size < 0:
+                    raise ShapeError(f"expand: -1 not allowed in new leading dim {i} ({shape})")
+                new_shape.append(size)
+                new_strides.append(0)
+                continue
+            old, stride = x.shape[i - lead], x._strides[i - lead]
+            if size == -1 or size == old:
+                new_shape.append(old)
+                new_strides.append(stride)
+            elif old == 1:
+                new_shape.append(size)
+                new_strides.append(0)
+            else:
+                raise ShapeError(
+                    f"expand: the expanded size {size} must match the existing size {old} at "
+                    f"dim {i} (shape {tuple(x.shape)} to {shape}); only size-1 dims expand"
+                )
+        ctx.in_shape = x.shape
+        return _view(x, tuple(new_shape), tuple(new_strides))
+
+    @staticmethod
+    def backward(ctx, g):
+        from ._util import unbroadcast
+
+        return unbroadcast(g, ctx.in_shape)
+
+
+def expand(x, shape):
+    if tuple(shape) == x.shape:
+        return x
+    return Expand.apply(x, tuple(shape))
+
+
+class Squeeze(Function):
+    """y = x without the given size-1 dims;  gx = g with them put back. Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x, dims):
+        keep = [i for i in range(x.ndim) if i not in dims]
+        ctx.dims = dims
+        return _view(x, tuple(x.shape[i] for i in keep), tuple(x._strides[i] for i in keep))
+
+    @staticmethod
+    def backward(ctx, g):
+        for d in sorted(ctx.dims):
+            g = g.unsqueeze(d)
+        return g
+
+
+class Unsqueeze(Function):
+    """y = x with a size-1 dim inserted at `dim`;  gx = g.squeeze(dim). Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        d = shp.normalize_dim(dim, x.ndim + 1, "unsqueeze")
+        ctx.dim = d
+        shape, strides = list(x.shape), list(x._strides)
+        stride = strides[d] * shape[d] if d < x.ndim else 1
+        shape.insert(d, 1)
+        strides.insert(d, stride)
+        return _view(x, tuple(shape), tuple(strides))
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.squeeze(ctx.dim)
+
+
+def squeeze(x, dim=None):
+    if dim is None:
+        dims = tuple(i for i, s in enumerate(x.shape) if s == 1)
+    else:
+        dlist = dim if isinstance(dim, (tuple, list)) else (dim,)
+        dims = tuple(d for d in shp.normalize_dims(dlist, x.ndim, "squeeze") if x.shape[d] == 1)
+    if not dims:
+        return x
+    return Squeeze.apply(x, dims)
+
+
+def unsqueeze(x, dim):
+    return Unsqueeze.apply(x, dim)
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    s = shp.normalize_dim(start_dim, x.ndim, "flatten")
+    e = shp.normalize_dim(end_dim, x.ndim, "flatten")
+    if s > e:
+        raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    shape = x.shape[:s] + (shp.numel(x.shape[s : e + 1]),) + x.shape[e + 1 :]
+    return reshape(x, shape)
+
+
+def unflatten(x, dim, sizes):
+    d = shp.normalize_dim(dim, x.ndim, "unflatten")
+    sizes = shp.infer_shape(sizes, x.shape[d], "unflatten")
+    return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1 :])
+
+
+# ----------------------------------------------------------------------------- slicing
+def _basic_index(index) -> tuple | None:
+    """The index as a tuple if it is basic (ints, slices, None, ...), else None."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    for item in index:
+        if item is None or item is Ellipsis or isinstance(item, slice):
+            continue
+        if isinstance(item, bool):
+            return None
+        if isinstance(item, int) or (type(item) is Tensor and _is_int_scalar(item)):
+            continue
+        return None
+    return tuple(int(i) if type(i) is Tensor else i for i in index)
+
+
+def _is_int_scalar(t: Tensor) -> bool:
+    return t.ndim == 0 and not t.dtype.is_floating_point and t.dtype.name != "bool"
+
+
+class Slice(Function):
+    """y = x[index] for basic indices (ints, slices, None, ...): a strided view, no copy.
+
+    gx = g placed at the slice within zeros of x's shape; it travels as a SliceGrad so
+    that several slices of one base share one gradient buffer. Saves nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, x, index):
+        shape, strides, offset = shp.index_geometry(x.shape, x._strides, x._offset, index)
+        ctx.in_shape, ctx.index = x.shape, index
+        return _view(x, shape, strides, offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        base = ctx.in_shape
+        geometry = shp.index_geometry(base, shp.contiguous_strides(base), 0, ctx.index)
+        return SliceGrad(base, geometry, g)
+
+
+def getitem(x: Tensor, index):
+    basic = _basic_index(index)
+    if basic is not None:
+        return Slice.apply(x, basic)
+    from .indexing import advanced_index
+
+    return advanced_index(x, index)
+
+
+def narrow(x, dim, start, length):
+    d = shp.normalize_dim(dim, x.ndim, "narrow")
+    if start < 0:
+        start += x.shape[d]
+    if not (0 <= start and length >= 0 and start + length <= x.shape[d]):
+        raise IndexError(
+            f"narrow: start {start} + length {length} exceeds dim {d} of size {x.shape[d]} "
+            f"(shape {tuple(x.shape)})"
+        )
+    return Slice.apply(x, (slice(None),) * d + (slice(start, start + length),))
+
+
+class MultiSlice(Function):
+    """Several basic-index views of one input at once: split, chunk, unbind.
+
+    gx = one zero buffer of x's shape with each output's gradient written in its place
+    (outputs that got no gradient leave zeros): one allocation however many pieces.
+    Saves nothing.
+    """
+
+    materialize_grads = False
+
+    @staticmethod
+    def forward(ctx, x, indices):
+        ctx.in_shape, ctx.indices = x.shape, indices
+        outs = []
+        for index in indices:
+            shape, strides, offset = shp.index_geometry(x.shape, x._strides, x._offset, index)
+            outs.append(_view(x, shape, strides, offset))
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        base = ctx.in_shape
+        contiguous = shp.contiguous_strides(base)
+        first = next(g for g in grads if g is not None)
+        xp = backend.xp_for(first.device)
+        with backend.on_device(first.device):
+            buf = xp.zeros(base, dtype=first.dtype.np)
+        for index, g in zip(ctx.indices, grads):
+            if g is not None:
+                shape, strides, offset = shp.index_geometry(base, contiguous, 0, index)
+                backend.strided(buf.reshape(-1), shape, strides, offset)[...] = g._array()
+        return from_array(buf)
+
+
+def split(x, split_size_or_sections, dim=0):
+    d = shp.normalize_dim(dim, x.ndim, "split")
+    size = x.shape[d]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step <= 0:
+            raise ValueError(f"split: split_size must be positive, got {step}")
+        sizes = [min(step, size - s) for s in range(0, size, step)] or [0]
+    else:
+        sizes = [int(s) for s in split_size_or_sections]
+        if sum(sizes) != size or any(s < 0 for s in sizes):
+            raise ShapeError(
+                f"split: sizes {sizes} must be non-negative and sum to the size {size} of dim "
+                f"{d} (shape {tuple(x.shape)})"
+            )
+    indices, start = [], 0
+    for s in sizes:
+        indices.append((slice(None),) * d + (slice(start, start + s),))
+        start += s
+    return MultiSlice.apply(x, tuple(indices))
+
+
+def chunk(x, chunks, dim=0):
+    if chunks <= 0:
+        raise ValueError(f"chunk: number of chunks must be positive, got {chunks}")
+    d = shp.normalize_dim(dim, x.ndim, "chunk")
+    step = -(-x.shape[d] // chunks) if x.shape[d] else 1
+    return split(x, step, d)
+
+
+def unbind(x, dim=0):
+    d = shp.normalize_dim(dim, x.ndim, "unbind")
+    indices = tuple((slice(None),) * d + (i,) for i in range(x.shape[d]))
+    return MultiSlice.apply(x, indices)
+
+
+class AsStrided(Function):
+    """y = a view with arbitrary (size, stride, storage_offset) over x's storage.
+
+    gx = the gradient summed back onto the storage positions y reads, then read at x's
+    positions (divided by how often x itself reads each position). Saves nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, x, size, stride, storage_offset):
+        size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+        if len(size) != len(stride):
+            raise ShapeError(f"as_strided: size {size} and stride {stride} differ in length")
+        if any(s < 0 for s in stride) or any(s < 0 for s in size):
+            raise ShapeError(f"as_strided: negative size or stride ({size}, {stride})")
+        offset = x._offset if storage_offset is None else int(storage_offset)
+        if shp.storage_extent(size, stride, offset) > x._storage.size:
+            raise ShapeError(
+                f"as_strided: size {size}, stride {stride}, offset {offset} reaches past the "
+                f"storage of {x._storage.size} elements"
+            )
+        ctx.geometry = (size, stride, offset)
+        ctx.in_geometry = (x.shape, x._strides, x._offset)
+        return _view(x, size, stride, offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        xp = backend.xp_for(g.device)
+        size, stride, offset = ctx.geometry
+        in_shape, in_strides, in_offset = ctx.in_geometry
+        lo = min(offset, in_offset)
+        extent = max(shp.storage_extent(size, stride, offset),
+                     shp.storage_extent(in_shape, in_strides, in_offset)) - lo
+        acc = xp.zeros(max(extent, 0), dtype=g.dtype.np)
+        backend.scatter_add(acc, _positions(xp, size, stride, offset - lo), g._array())
+        in_pos = _positions(xp, in_shape, in_strides, in_offset - lo)
+        count = xp.zeros_like(acc)
+        backend.scatter_add(count, in_pos, xp.ones(in_shape, dtype=acc.dtype))
+        return from_array(acc[in_pos] / count[in_pos])
+
+
+def _positions(xp, shape, strides, offset):
+    pos = xp.full(shape, offset, dtype=xp.int64)
+    for d, (n, s) in enumerate(zip(shape, strides)):
+        idx_shape = [1] * len(shape)
+        idx_shape[d] = n
+        pos = pos + (xp.arange(n, dtype=xp.int64) * s).reshape(idx_shape)
+    return pos
+
+
+def as_strided(x, size, stride, storage_offset=None):
+    return AsStrided.apply(x, size, stride, storage_offset)
+
+
+# ----------------------------------------------------------------------------- copies
+class Contiguous(Function):
+    """y = a C-contiguous copy of x (recorded as a copy, reason 'contiguous');  gx = g.
+
+    Saves nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, x, reason="contiguous"):
+        return from_array(backend.copy(x._array()), reason)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def contiguous(x):
+    """x itself if already contiguous, else an explicit copy."""
+    if x.is_contiguous():
+        return x
+    return Contiguous.apply(x)
+
+
+def clone(x):
+    return Contiguous.apply(x, reason="clone")
+
+
+class Cast(Function):
+    """y = x converted to another dtype;  gx = g converted back. Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.in_dtype = x.dtype
+        return from_array(backend.copy(x._array(), dtype), "dtype-cast")
+
+    @staticmethod
+    def backward(ctx, g):
+        return from_array(backend.copy(g._array(), ctx.in_dtype), "dtype-cast")
+
+
+class ToDevice(Function):
+    """y = x copied to another device;  gx = g copied back. Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x, device):
+        ctx.in_device = x.device
+        return from_array(backend.to_device(x._array(), device), "device-copy")
+
+    @staticmethod
+    def backward(ctx, g):
+        return from_array(backend.to_device(g._array(), ctx.in_device), "device-copy")
+
+
+def to(x, *args, **kwargs):
+    """x.to(device), x.to(dtype), x.to(device, dtype) or x.to(other_tensor)."""
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    if kwargs:
+        raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
+    for a in args:
+        if type(a) is Tensor:
+            device, dtype = a.device, a.dtype
+        elif isinstance(a, str) and (a == "cpu" or a.startswith("cuda")):
+            device = a
+        else:
+            dtype = a
+    out = x
+    if dtype is not None:
+        dtype = backend.to_dtype(dtype)
+        if dtype is not x.dtype:
+            out = Cast.apply(out, dtype)
+    if device is not None:
+        device = backend.canonical_device(device)
+        if device != x.device:
+            backend.xp_for(device)  # a clear error when CUDA is not available
+            out = ToDevice.apply(out, device)
+    return out
+

@@ -1,0 +1,350 @@
+"""Reductions over dims (with keepdim), and matmul/softmax, the ops attention is made of."""
+
+from __future__ import annotations
+
+from .. import backend
+from .. import shape as shp
+from ..autograd import Function
+from ..errors import ShapeError
+from ._util import Tensor, check_same_device, from_array, unbroadcast
+
+
+def _axes(x: Tensor, dim, op: str):
+    if dim is None:
+        return tuple(range(x.ndim))
+    if isinstance(dim, (tuple, list)):
+        return shp.normalize_dims(dim, x.ndim, op)
+    return (shp.normalize_dim(dim, x.ndim, op),)
+
+
+def _keep_shape(shape, axes):
+    """The shape with each reduced axis kept as size 1."""
+    return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+def _expand_back(g: Tensor, shape, axes, keepdim) -> Tensor:
+    """A zero-copy view of g broadcast back over the reduced axes (the inverse of sum)."""
+    if not keepdim:
+        g = g.reshape(_keep_shape(shape, axes))
+    return g.expand(shape)
+
+
+class Sum(Function):
+    """y = sum(x, dims);  gx = g broadcast back (a stride-0 view, no copy). Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x, dim=None, keepdim=False):
+        axes = _axes(x, dim, "sum")
+        ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
+        xp = backend.xp_for(x.device)
+        return from_array(xp.sum(x._array(), axis=axes, keepdims=keepdim))
+
+    @staticmethod
+    def backward(ctx, g):
+        return _expand_back(g, ctx.shape, ctx.axes, ctx.keepdim)
+
+
+class Mean(Function):
+    """y = mean(x, dims);  gx = g / n broadcast back. Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x, dim=None, keepdim=False):
+        if not x.dtype.is_floating_point:
+            raise TypeError(f"mean: expected a floating point tensor, got {x.dtype.name}")
+        axes = _axes(x, dim, "mean")
+        ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
+        ctx.count = shp.numel(tuple(x.shape[a] for a in axes))
+        xp = backend.xp_for(x.device)
+        return from_array(xp.mean(x._array(), axis=axes, keepdims=keepdim))
+
+    @staticmethod
+    def backward(ctx, g):
+        scaled = from_array(g._array() / ctx.count)
+        return _expand_back(scaled, ctx.shape, ctx.axes, ctx.keepdim)
+
+
+class Var(Function):
+    """y = sum((x - mean)^2) / (n - correction);  gx = g * 2 (x - mean) / (n - correction).
+
+    Saves the input (backward recomputes the mean: one reduction, no extra saved tensor).
+    """
+
+    @staticmethod
+    def forward(ctx, x, dim=None, keepdim=False, correction=1):
+        axes = _axes(x, dim, "var")
+        ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
+        n = shp.numel(tuple(x.shape[a] for a in axes))
+        ctx.denom = max(n - correction, 0)
+        ctx.save_for_backward(x)
+        xp = backend.xp_for(x.device)
+        return from_array(xp.var(x._array(), axis=axes, keepdims=keepdim, ddof=correction))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        centered = X - xp.mean(X, axis=ctx.axes, keepdims=True)
+        G = g._array() if ctx.keepdim else g._array().reshape(_keep_shape(ctx.shape, ctx.axes))
+        return from_array(G * centered * (2.0 / ctx.denom))
+
+
+class MaxDim(Function):
+    """(values, indices) = max(x, dim);  gx = g scattered to the argmax positions.
+
+    Saves the indices (int64) only: where the gradient goes is all backward needs.
+    """
+
+    materialize_grads = False
+
+    @staticmethod
+    def forward(ctx, x, dim, keepdim=False, pick="max"):
+        d = shp.normalize_dim(dim, x.ndim, pick)
+        if x.shape and x.shape[d] == 0:
+            raise ShapeError(f"{pick}: cannot reduce an empty dim {d} of shape {x.shape}")
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        idx = (xp.argmax if pick == "max" else xp.argmin)(X, axis=d, keepdims=True)
+        values = xp.take_along_axis(X, idx, axis=d)
+        if not keepdim:
+            values, idx_out = values.squeeze(d), idx.squeeze(d)
+        else:
+            idx_out = idx
+        indices = from_array(idx_out.astype(xp.int64))
+        ctx.shape, ctx.dim = x.shape, d
+        ctx.save_for_backward(from_array(idx))
+        return from_array(values), indices
+
+    @staticmethod
+    def backward(ctx, g, _g_indices):
+        (idx,) = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        G = g._array()
+        if G.ndim != len(ctx.shape):
+            G = xp.expand_dims(G, ctx.dim)
+        out = xp.zeros(ctx.shape, dtype=G.dtype)
+        xp.put_along_axis(out, idx._array(), G, axis=ctx.dim)
+        return from_array(out)
+
+
+class MaxAll(Function):
+    """y = max(x) over all elements;  gx = g / k at each of the k maximal positions.
+
+    Saves the input and the output (the positions equal to the max get the gradient).
+    """
+
+    @staticmethod
+    def forward(ctx, x, pick="max"):
+        if x.numel() == 0:
+            raise ShapeError(f"{pick}: cannot reduce an empty tensor of shape {x.shape}")
+        xp = backend.xp_for(x.device)
+        y = from_array((xp.max if pick == "max" else xp.min)(x._array()))
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        hit = x._array() == y._array()
+        return from_array(hit * (g._array() / hit.sum()))
+
+
+class LogSumExp(Function):
+    """y = log(sum(exp(x), dim)) computed stably;  gx = g * exp(x - y).
+
+    Saves the input and the output: exp(x - y) is the softmax, recomputed in backward
+    instead of being kept.
+    """
+
+    @staticmethod
+    def forward(ctx, x, dim, keepdim=False):
+        axes = _axes(x, dim, "logsumexp")
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        m = xp.max(X, axis=axes, keepdims=True)
+        m = xp.where(xp.isfinite(m), m, 0)
+        out = xp.log(xp.sum(xp.exp(X - m), axis=axes, keepdims=True)) + m
+        ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
+        y_keep = from_array(out)
+        ctx.save_for_backward(x, y_keep)
+        if keepdim:
+            return y_keep
+        return from_array(out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes)))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        xp = backend.xp_for(x.device)
+        G = g._array() if ctx.keepdim else g._array().reshape(_keep_shape(ctx.shape, ctx.axes))
+        return from_array(G * xp.exp(x._array() - y._array()))
+
+
+# ----------------------------------------------------------------------------- matmul
+class Matmul(Function):
+    """y = a @ b (batch dims broadcast);  ga = g @ b^T, gb = a^T @ g (summed to each shape).
+
+    Saves a and b as given: strided (transposed, permuted, sliced) operands are kept as the
+    views they are, so a saved `k.transpose(-2, -1)` pins k's storage and nothing more.
+    """
+
+    @staticmethod
+    def forward(ctx, a, b):
+        check_same_device("matmul", a, b)
+        if a.ndim < 2 or b.ndim < 2:  # 1-D operands are promoted by matmul() below
+            raise ShapeError(f"matmul: operands must be at least 1-D, got {a.shape} and {b.shape}")
+        if a.shape[-1] != b.shape[-2]:
+            raise ShapeError(
+                f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied "
+                f"(inner sizes {a.shape[-1]} and {b.shape[-2]} differ)"
+            )
+        shp.broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul (batch dims)")
+        ctx.shapes = (a.shape, b.shape)
+        na, nb = ctx.needs_input_grad
+        ctx.save_for_backward(a if nb else None, b if na else None)
+        xp = backend.xp_for(a.device)
+        return from_array(xp.matmul(a._array(), b._array()))
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        G = g._array()
+        na, nb = ctx.needs_input_grad
+        ga = gb = None
+        if na:
+            ga = unbroadcast(from_array(xp.matmul(G, xp.swapaxes(b._array(), -1, -2))),
+                             ctx.shapes[0])
+        if nb:
+            gb = unbroadcast(from_array(xp.matmul(xp.swapaxes(a._array(), -1, -2), G)),
+                             ctx.shapes[1])
+        return ga, gb
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    if type(a) is not Tensor or type(b) is not Tensor:
+        raise TypeError(
+            f"matmul: both operands must be Tensors, got {type(a).__name__} and "
+            f"{type(b).__name__}"
+        )
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(
+            f"matmul: both arguments need at least 1 dim, got shapes {a.shape} and {b.shape}"
+        )
+    squeeze = []
+    if a.ndim == 1:
+        a = a.unsqueeze(0)
+        squeeze.append(-2)
+    if b.ndim == 1:
+        b = b.unsqueeze(-1)
+        squeeze.append(-1)
+    out = Matmul.apply(a, b)
+    for d in sorted(squeeze):
+        out = out.squeeze(d)
+    return out
+
+
+# ----------------------------------------------------------------------------- softmax
+class Softmax(Function):
+    """y = exp(x - max) / sum(exp(x - max));  gx = y * (g - sum(g * y, dim)).
+
+    Saves only the output y: the backward formula needs y and nothing else, and y has the
+    size of x, so saving x instead would force backward to recompute exp.
+    """
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        d = shp.normalize_dim(dim, x.ndim, "softmax")
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        e = X - xp.max(X, axis=d, keepdims=True)
+        xp.exp(e, out=e)
+        e /= xp.sum(e, axis=d, keepdims=True)
+        y = from_array(e)
+        ctx.dim = d
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        xp = backend.xp_for(y.device)
+        Y, G = y._array(), g._array()
+        gx = G * Y
+        gx -= Y * xp.sum(gx, axis=ctx.dim, keepdims=True)
+        return from_array(gx)
+
+
+class LogSoftmax(Function):
+    """y = x - logsumexp(x);  gx = g - exp(y) * sum(g, dim). Saves only the output."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        d = shp.normalize_dim(dim, x.ndim, "log_softmax")
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        shifted = X - xp.max(X, axis=d, keepdims=True)
+        shifted -= xp.log(xp.sum(xp.exp(shifted), axis=d, keepdims=True))
+        y = from_array(shifted)
+        ctx.dim = d
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        xp = backend.xp_for(y.device)
+        G = g._array()
+        return from_array(G - xp.exp(y._array()) * xp.sum(G, axis=ctx.dim, keepdims=True))
+
+
+# ----------------------------------------------------------------------------- entry points
+def sum(x, dim=None, keepdim=False):  # noqa: A001
+    return Sum.apply(x, dim=dim, keepdim=keepdim)
+
+
+def mean(x, dim=None, keepdim=False):
+    return Mean.apply(x, dim=dim, keepdim=keepdim)
+
+
+def var(x, dim=None, keepdim=False, correction=1):
+    return Var.apply(x, dim=dim, keepdim=keepdim, correction=correction)
+
+
+def max(x, dim=None, keepdim=False):  # noqa: A001
+    if dim is None:
+        return MaxAll.apply(x, pick="max")
+    return MaxDim.apply(x, dim, keepdim=keepdim, pick="max")
+
+
+def min(x, dim=None, keepdim=False):  # noqa: A001
+    if dim is None:
+        return MaxAll.apply(x, pick="min")
+    return MaxDim.apply(x, dim, keepdim=keepdim, pick="min")
+
+
+def _arg(x, dim, keepdim, fn):
+    xp = backend.xp_for(x.device)
+    if dim is None:
+        return from_array(xp.asarray(getattr(xp, fn)(x._array())).astype(xp.int64))
+    d = shp.normalize_dim(dim, x.ndim, fn)
+    return from_array(getattr(xp, fn)(x._array(), axis=d, keepdims=keepdim).astype(xp.int64))
+
+
+def argmax(x, dim=None, keepdim=False):
+    return _arg(x, dim, keepdim, "argmax")
+
+
+def argmin(x, dim=None, keepdim=False):
+    return _arg(x, dim, keepdim, "argmin")
+
+
+def logsumexp(x, dim, keepdim=False):
+    return LogSumExp.apply(x, dim, keepdim=keepdim)
+
+
+def softmax(x, dim):
+    return Softmax.apply(x, dim)
+
+
+def log_softmax(x, dim):
+    return LogSoftmax.apply(x, dim)

@@ -1,0 +1,184 @@
+"""Stride arithmetic, with no arrays in sight (after minitorch's tensor_data.py).
+
+A tensor is (shape, strides, offset) over a flat storage: element (i0, i1, ...) lives at
+`offset + i0*strides[0] + i1*strides[1] + ...`. Every zero-copy view op is a function from
+one such triple to another; this module holds those functions.
+"""
+
+from __future__ import annotations
+
+from .errors import ShapeError
+
+Shape = tuple[int, ...]
+Strides = tuple[int, ...]
+
+
+def numel(shape: Shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def contiguous_strides(shape: Shape) -> Strides:
+    strides = []
+    acc = 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape: Shape, strides: Strides) -> bool:
+    acc = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != acc:
+            return False
+        acc *= size
+    return True
+
+
+def normalize_dim(dim: int, ndim: int, op: str) -> int:
+    if not isinstance(dim, int):
+        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
+    lo, hi = -max(ndim, 1), max(ndim, 1) - 1
+    if not lo <= dim <= hi:
+        raise IndexError(
+            f"{op}: dimension out of range (expected to be in range of [{lo}, {hi}], "
+            f"but got {dim}) for a tensor of {ndim} dims"
+        )
+    return dim + max(ndim, 1) if dim < 0 else dim
+
+
+def normalize_dims(dims, ndim: int, op: str) -> tuple[int, ...]:
+    out = tuple(normalize_dim(d, ndim, op) for d in dims)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op}: repeated dims {tuple(dims)}")
+    return out
+
+
+def broadcast_shapes(*shapes: Shape, op: str = "broadcast") -> Shape:
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for i in range(-ndim, 0):
+        size = 1
+        for s in shapes:
+            if -i <= len(s):
+                d = s[i]
+                if d != 1:
+                    if size != 1 and d != size:
+                        raise ShapeError(
+                            f"{op}: shapes {' and '.join(str(tuple(x)) for x in shapes)} "
+                            f"cannot be broadcast together (dim {i}: {size} vs {d})"
+                        )
+                    size = d
+        out.append(size)
+    return tuple(out)
+
+
+def infer_shape(shape, total: int, op: str) -> Shape:
+    """Resolve one -1 in `shape` so that it holds `total` elements."""
+    shape = tuple(int(s) for s in shape)
+    unknown = [i for i, s in enumerate(shape) if s == -1]
+    if len(unknown) > 1:
+        raise ShapeError(f"{op}: only one dimension can be inferred, got shape {shape}")
+    if any(s < -1 for s in shape):
+        raise ShapeError(f"{op}: invalid shape {shape}")
+    known = numel(tuple(s for s in shape if s != -1))
+    if unknown:
+        if known == 0 or total % known:
+            raise ShapeError(f"{op}: shape {shape} is invalid for input of size {total}")
+        shape = shape[: unknown[0]] + (total // known,) + shape[unknown[0] + 1 :]
+    if numel(shape) != total:
+        raise ShapeError(f"{op}: shape {shape} is invalid for input of size {total}")
+    return shape
+
+
+def view_strides(shape: Shape, strides: Strides, new_shape: Shape) -> Strides | None:
+    """Strides that give `new_shape` over the same memory as (shape, strides), or None.
+
+    The rule PyTorch uses: the old dims are cut into chunks that are each contiguous in
+    memory; every new dim must fall inside one chunk.
+    """
+    if numel(shape) == 0:
+        return contiguous_strides(new_shape)
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base_stride = strides[-1] if strides else 1
+    tensor_numel = 1
+    view_numel = 1
+    for tensor_d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[tensor_d]
+        if tensor_d == 0 or (
+            shape[tensor_d - 1] != 1 and strides[tensor_d - 1] != tensor_numel * chunk_base_stride
+        ):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel = 1
+                view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new_strides)
+
+
+def index_geometry(shape: Shape, strides: Strides, offset: int, index: tuple):
+    """Basic indexing (ints, slices with positive steps, None, Ellipsis) as a new view.
+
+    Returns (shape, strides, offset). Raises IndexError for out-of-range ints.
+    """
+    n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if n_real > len(shape):
+        raise IndexError(
+            f"getitem: too many indices for tensor of shape {tuple(shape)}: got {n_real}"
+        )
+    if sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("getitem: an index can only have a single ellipsis ('...')")
+    out_shape, out_strides = [], []
+    dim = 0
+    for item in index:
+        if item is None:
+            out_shape.append(1)
+            out_strides.append(0)
+        elif item is Ellipsis:
+            skip = len(shape) - n_real
+            out_shape.extend(shape[dim : dim + skip])
+            out_strides.extend(strides[dim : dim + skip])
+            dim += skip
+        elif isinstance(item, slice):
+            start, stop, step = item.indices(shape[dim])
+            if item.step is not None and item.step <= 0:
+                raise ValueError(
+                    f"getitem: slice step must be positive, got {item.step} "
+                    f"(dim {dim} of shape {tuple(shape)})"
+                )
+            length = max(0, (stop - start + step - 1) // step)
+            if length:
+                offset += start * strides[dim]
+            out_shape.append(length)
+            out_strides.append(strides[dim] * step)
+            dim += 1
+        else:
+            i = int(item)
+            if not -shape[dim] <= i < shape[dim]:
+                raise IndexError(
+                    f"getitem: index {i} is out of bounds for dim {dim} with size {shape[dim]} "
+                    f"(tensor of shape {tuple(shape)})"
+                )
+            offset += (i % shape[dim]) * strides[dim]
+            dim += 1
+    out_shape.extend(shape[dim:])
+    out_strides.extend(strides[dim:])
+    return tuple(out_shape), tuple(out_strides), offset
+
+
+def storage_extent(shape: Shape, strides: Strides, offset: int) -> int:
+    """One past the largest flat position the view touches (0 if it has no elements)."""
+    if numel(shape) == 0:
+        return 0
+    return offset + sum((s - 1) * st for s, st in zip(shape, strides)) + 1

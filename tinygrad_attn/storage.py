@@ -1,0 +1,88 @@
+"""Storage: one flat buffer per allocation, and the registration point the ledger observes.
+
+Every array the engine allocates becomes exactly one Storage. Tensors are strided views
+over a Storage; views never create one. A Storage carries a version counter that every
+in-place write bumps, shared by all tensors viewing it, so a saved tensor can tell that its
+values changed after it was saved.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from . import backend
+
+_ids = itertools.count(1)
+
+# Who is allocating right now: the op being run (set by autograd.Function.apply) and why a
+# copy is being made (set by the copying ops). The memory ledger reads these.
+current = {"op": None}
+
+# Cheap always-on accounting: bytes live per device and the high-water mark.
+live_bytes: dict[str, int] = {}
+peak_bytes: dict[str, int] = {}
+
+# Observers get on_alloc(storage) and on_free(storage); the memory ledger registers here.
+observers: list = []
+
+
+class Storage:
+    """One flat allocation: buffer, device, dtype, nbytes, version counter."""
+
+    __slots__ = ("buffer", "device", "dtype", "nbytes", "version", "id", "op", "copy_reason",
+                 "__weakref__")
+
+    def __init__(self, buffer, device: str, dtype, copy_reason: str | None = None) -> None:
+        self.buffer = buffer  # 1-D array (numpy or cupy) of the whole allocation
+        self.device = device
+        self.dtype = dtype
+        self.nbytes = buffer.nbytes
+        self.version = 0
+        self.id = next(_ids)
+        self.op = current["op"]
+        self.copy_reason = copy_reason  # set when the bytes come from pure data movement
+        live = live_bytes.get(device, 0) + self.nbytes
+        live_bytes[device] = live
+        if live > peak_bytes.get(device, 0):
+            peak_bytes[device] = live
+        for obs in observers:
+            obs.on_alloc(self)
+
+    def __del__(self) -> None:
+        try:
+            live_bytes[self.device] -= self.nbytes
+            for obs in observers:
+                obs.on_free(self)
+        except Exception:  # noqa: BLE001 - interpreter shutdown: module globals may be gone
+            pass
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return self.buffer.size
+
+    def __repr__(self) -> str:
+        why = f", copy of {self.copy_reason}" if self.copy_reason else ""
+        return (
+            f"Storage(id={self.id}, {self.size} x {self.dtype.name} = {self.nbytes} bytes on "
+            f"{self.device}, version={self.version}{why})"
+        )
+
+
+def live(device: str = "cpu") -> int:
+    return live_bytes.get(device, 0)
+
+
+def reset_peak(device: str = "cpu") -> None:
+    peak_bytes[device] = live_bytes.get(device, 0)
+
+
+def wrap_array(arr, copy_reason: str | None = None):
+    """(storage, shape, strides, offset) for a freshly computed array, without copying it."""
+    dense = backend.flat_buffer(arr)
+    if dense is None:  # a non-dense result (rare): materialize it contiguously
+        arr = backend.ascontiguous(arr)
+        dense = backend.flat_buffer(arr)
+    flat, strides, offset = dense
+    dev = backend.device_of(arr)
+    return Storage(flat, dev, backend.dtype_of(arr), copy_reason), arr.shape, strides, offset

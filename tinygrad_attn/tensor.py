@@ -1,0 +1,453 @@
+"""Tensor: a strided view (shape, strides, storage offset, dtype, device) over one Storage.
+
+A Tensor never owns memory; its Storage does. View ops make a new Tensor over the same
+Storage with other (shape, strides, offset) — see shape.py for the arithmetic — so they
+allocate nothing. The methods below are thin: each forwards to the op in `ops`, where the
+forward and backward of every op live side by side.
+"""
+
+from __future__ import annotations
+
+from . import backend
+from . import shape as shp
+from .backend import DType
+from .storage import Storage, wrap_array
+
+
+class Tensor:
+    """An n-dimensional array that can record the ops applied to it for autodiff."""
+
+    __slots__ = (
+        "_storage", "_shape", "_strides", "_offset", "_data", "dtype", "device",
+        "requires_grad", "grad", "grad_fn", "_output_nr", "_base", "_view_version", "_acc",
+        "_hooks", "_retains_grad", "__weakref__",
+    )
+    __array_priority__ = 1000  # so numpy scalars on the left defer to Tensor's operators
+
+    def __init__(self, data, dtype=None, device=None, requires_grad: bool = False):
+        """Same as ta.tensor(data, ...): a new tensor with a copy of `data`."""
+        device = backend.canonical_device(device)
+        dtype = None if dtype is None else backend.to_dtype(dtype)
+        if isinstance(data, Tensor):
+            data = data._array()
+        arr = backend.asarray(data, dtype, device)
+        _init(self, *wrap_array(arr), None)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # ------------------------------------------------------------------ geometry
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return self._shape
+        return self._shape[shp.normalize_dim(dim, self.ndim, "size")]
+
+    def numel(self) -> int:
+        return shp.numel(self._shape)
+
+    def stride(self, dim: int | None = None):
+        if dim is None:
+            return self._strides
+        return self._strides[shp.normalize_dim(dim, self.ndim, "stride")]
+
+    def storage_offset(self) -> int:
+        return self._offset
+
+    def is_contiguous(self) -> bool:
+        return shp.is_contiguous(self._shape, self._strides)
+
+    def untyped_storage(self) -> Storage:
+        return self._storage
+
+    def storage(self) -> Storage:
+        return self._storage
+
+    def shares_storage(self, other: Tensor) -> bool:
+        """True if both tensors view the same Storage (the same allocation)."""
+        return self._storage is other._storage
+
+    def data_ptr(self) -> int:
+        return backend.data_ptr(self._storage.buffer, self._offset)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device != "cpu"
+
+    @property
+    def _version(self) -> int:
+        return self._storage.version
+
+    @property
+    def T(self) -> Tensor:
+        return _ops.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> Tensor:
+        return _ops.transpose(self, -2, -1)
+
+    @property
+    def data(self) -> Tensor:
+        return self.detach()
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    # ------------------------------------------------------------------ host values
+    def _array(self):
+        """The numpy/cupy array viewing this tensor's memory (no copy)."""
+        arr = self._data
+        if arr is None:
+            arr = self._data = backend.strided(
+                self._storage.buffer, self._shape, self._strides, self._offset
+            )
+        return arr
+
+    def numpy(self):
+        """A NumPy array sharing this tensor's memory (CPU tensors only)."""
+        if self.device != "cpu":
+            raise TypeError(
+                f"numpy(): tensor is on {self.device}; call .cpu() first to copy it to the host"
+            )
+        if self.requires_grad:
+            raise RuntimeError(
+                "numpy(): can't call numpy() on a tensor that requires grad; use "
+                "tensor.detach().numpy()"
+            )
+        return self._array()
+
+    def __array__(self, dtype=None, copy=None):
+        if self.device != "cpu":
+            raise TypeError(
+                f"implicit conversion of a {self.device} tensor to a host array; "
+                "use .cpu().numpy() explicitly"
+            )
+        arr = self._array()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(
+                f"item(): only a tensor with one element can be converted to a Python "
+                f"scalar; got shape {tuple(self.shape)}"
+            )
+        return backend.to_host(self._array()).reshape(()).item()
+
+    def tolist(self):
+        return backend.to_host(self._array()).tolist()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise RuntimeError(
+                f"bool(): the truth value of a tensor of shape {tuple(self.shape)} is "
+                "ambiguous; use .any() or .all()"
+            )
+        return bool(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.is_floating_point or self.numel() != 1:
+            raise TypeError("only one-element integer tensors can be used as an index")
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        arr = backend.to_host(self._array())
+        body = repr(arr)
+        body = body[body.index("(") + 1 : body.rindex(")")] if "(" in body else body
+        body = body.split(", dtype=")[0]
+        extra = []
+        if self.device != "cpu":
+            extra.append(f"device='{self.device}'")
+        if self.dtype.name not in ("float32", "int64", "bool"):
+            extra.append(f"dtype={self.dtype.name}")
+        if self.grad_fn is not None:
+            extra.append(f"grad_fn=<{self.grad_fn.name}>")
+        elif self.requires_grad:
+            extra.append("requires_grad=True")
+        body = body.replace("\n", "\n ")
+        return "tensor(" + ", ".join([body] + extra) + ")"
+
+    # ------------------------------------------------------------------ DLPack
+    def __dlpack__(self, *args, **kwargs):
+        return self._array().__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._array().__dlpack_device__()
+
+    # ------------------------------------------------------------------ autograd
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if requires_grad and not self.dtype.is_floating_point:
+            raise RuntimeError(
+                f"requires_grad_: only floating point tensors can require gradients; this "
+                f"tensor of shape {tuple(self.shape)} has dtype {self.dtype.name}"
+            )
+        if not requires_grad and self.grad_fn is not None:
+            raise RuntimeError(
+                "requires_grad_(False): only leaves can stop requiring grad; use detach()"
+            )
+        self.requires_grad = requires_grad
+        return self
+
+    def detach(self) -> Tensor:
+        """A tensor over the same memory with no history (shares the version counter)."""
+        return _make(self._storage, self._shape, self._strides, self._offset, self._data)
+
+    def detach_(self) -> Tensor:
+        self.grad_fn = None
+        self.requires_grad = False
+        return self
+
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> None:
+        from .autograd import backward
+
+        backward([self], None if gradient is None else [gradient], retain_graph=retain_graph)
+
+    def register_hook(self, hook):
+        """hook(grad) -> None or a replacement grad; runs when this tensor's grad is computed."""
+        if not self.requires_grad:
+            raise RuntimeError(
+                "register_hook: cannot register a hook on a tensor that doesn't require grad"
+            )
+        if self.grad_fn is not None:
+            return self.grad_fn.register_prehook(self._output_nr, hook)
+        from .autograd import _HookHandle
+
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(hook)
+        return _HookHandle(self._hooks, hook)
+
+    def retain_grad(self) -> None:
+        """Keep .grad for this non-leaf tensor after backward."""
+        if self.grad_fn is None or self._retains_grad:
+            return
+        self._retains_grad = True
+        import weakref
+
+        ref = weakref.ref(self)
+
+        def keep(g):
+            t = ref()
+            if t is not None:
+                t.grad = g if t.grad is None else t.grad + g
+
+        self.grad_fn.register_prehook(self._output_nr, keep)
+
+    # ------------------------------------------------------------------ arithmetic
+    def __add__(self, other): return _ops.add(self, other)
+    def __radd__(self, other): return _ops.add(self, other)
+    def __sub__(self, other): return _ops.sub(self, other)
+    def __rsub__(self, other): return _ops.sub(other, self)
+    def __mul__(self, other): return _ops.mul(self, other)
+    def __rmul__(self, other): return _ops.mul(self, other)
+    def __truediv__(self, other): return _ops.div(self, other)
+    def __rtruediv__(self, other): return _ops.div(other, self)
+    def __pow__(self, other): return _ops.pow(self, other)
+    def __rpow__(self, other): return _ops.pow(other, self)
+    def __neg__(self): return _ops.neg(self)
+    def __abs__(self): return _ops.abs(self)
+    def __matmul__(self, other): return _ops.matmul(self, other)
+    def __rmatmul__(self, other): return _ops.matmul(other, self)
+    def __eq__(self, other): return _ops.compare(self, other, "eq")  # type: ignore[override]
+    def __ne__(self, other): return _ops.compare(self, other, "ne")  # type: ignore[override]
+    def __lt__(self, other): return _ops.compare(self, other, "lt")
+    def __le__(self, other): return _ops.compare(self, other, "le")
+    def __gt__(self, other): return _ops.compare(self, other, "gt")
+    def __ge__(self, other): return _ops.compare(self, other, "ge")
+    def __invert__(self): return _ops.logical_not(self)
+    def __and__(self, other): return _ops.logical(self, other, "and")
+    def __or__(self, other): return _ops.logical(self, other, "or")
+    __hash__ = object.__hash__
+
+    def add(self, other): return _ops.add(self, other)
+    def sub(self, other): return _ops.sub(self, other)
+    def mul(self, other): return _ops.mul(self, other)
+    def div(self, other): return _ops.div(self, other)
+    def pow(self, exponent): return _ops.pow(self, exponent)
+    def neg(self): return _ops.neg(self)
+    def exp(self): return _ops.exp(self)
+    def log(self): return _ops.log(self)
+    def sqrt(self): return _ops.sqrt(self)
+    def rsqrt(self): return _ops.rsqrt(self)
+    def abs(self): return _ops.abs(self)
+    def tanh(self): return _ops.tanh(self)
+    def sigmoid(self): return _ops.sigmoid(self)
+    def relu(self): return _ops.relu(self)
+    def maximum(self, other): return _ops.maximum(self, other)
+    def minimum(self, other): return _ops.minimum(self, other)
+    def clamp(self, min=None, max=None): return _ops.clamp(self, min, max)  # noqa: A002
+    clip = clamp
+    def eq(self, other): return _ops.compare(self, other, "eq")
+    def ne(self, other): return _ops.compare(self, other, "ne")
+    def lt(self, other): return _ops.compare(self, other, "lt")
+    def le(self, other): return _ops.compare(self, other, "le")
+    def gt(self, other): return _ops.compare(self, other, "gt")
+    def ge(self, other): return _ops.compare(self, other, "ge")
+    def any(self): return _ops.any_all(self, "any")
+    def all(self): return _ops.any_all(self, "all")
+    def matmul(self, other): return _ops.matmul(self, other)
+    def softmax(self, dim): return _ops.softmax(self, dim)
+    def log_softmax(self, dim): return _ops.log_softmax(self, dim)
+
+    # ------------------------------------------------------------------ reductions
+    def sum(self, dim=None, keepdim=False): return _ops.sum(self, dim, keepdim)
+    def mean(self, dim=None, keepdim=False): return _ops.mean(self, dim, keepdim)
+    def var(self, dim=None, keepdim=False, correction=1):
+        return _ops.var(self, dim, keepdim, correction)
+    def std(self, dim=None, keepdim=False, correction=1):
+        return _ops.var(self, dim, keepdim, correction).sqrt()
+    def max(self, dim=None, keepdim=False): return _ops.max(self, dim, keepdim)
+    def min(self, dim=None, keepdim=False): return _ops.min(self, dim, keepdim)
+    def argmax(self, dim=None, keepdim=False): return _ops.argmax(self, dim, keepdim)
+    def argmin(self, dim=None, keepdim=False): return _ops.argmin(self, dim, keepdim)
+    def logsumexp(self, dim, keepdim=False): return _ops.logsumexp(self, dim, keepdim)
+
+    # ------------------------------------------------------------------ views
+    def view(self, *shape): return _ops.view(self, _shape_arg(shape))
+    def view_as(self, other): return _ops.view(self, other.shape)
+    def reshape(self, *shape): return _ops.reshape(self, _shape_arg(shape))
+    def reshape_as(self, other): return _ops.reshape(self, other.shape)
+    def transpose(self, dim0, dim1): return _ops.transpose(self, dim0, dim1)
+    def permute(self, *dims): return _ops.permute(self, _shape_arg(dims))
+    def split(self, split_size_or_sections, dim=0):
+        return _ops.split(self, split_size_or_sections, dim)
+    def chunk(self, chunks, dim=0): return _ops.chunk(self, chunks, dim)
+    def unbind(self, dim=0): return _ops.unbind(self, dim)
+    def expand(self, *shape): return _ops.expand(self, _shape_arg(shape))
+    def expand_as(self, other): return _ops.expand(self, other.shape)
+    def broadcast_to(self, shape): return _ops.expand(self, tuple(shape))
+    def squeeze(self, dim=None): return _ops.squeeze(self, dim)
+    def unsqueeze(self, dim): return _ops.unsqueeze(self, dim)
+    def flatten(self, start_dim=0, end_dim=-1): return _ops.flatten(self, start_dim, end_dim)
+    def unflatten(self, dim, sizes): return _ops.unflatten(self, dim, sizes)
+    def narrow(self, dim, start, length): return _ops.narrow(self, dim, start, length)
+    def as_strided(self, size, stride, storage_offset=None):
+        return _ops.as_strided(self, size, stride, storage_offset)
+    def __getitem__(self, index): return _ops.getitem(self, index)
+    def __iter__(self): return iter(_ops.unbind(self, 0))
+
+    # ------------------------------------------------------------------ copies
+    def contiguous(self): return _ops.contiguous(self)
+    def clone(self): return _ops.clone(self)
+    def to(self, *args, **kwargs): return _ops.to(self, *args, **kwargs)
+    def cpu(self): return _ops.to(self, "cpu")
+    def cuda(self, device=None):
+        return _ops.to(self, "cuda" if device is None else f"cuda:{int(device)}")
+    def float(self): return _ops.to(self, backend.float32)
+    def double(self): return _ops.to(self, backend.float64)
+    def half(self): return _ops.to(self, backend.float16)
+    def long(self): return _ops.to(self, backend.int64)
+    def int(self): return _ops.to(self, backend.int32)
+    def bool(self): return _ops.to(self, backend.bool_)
+    def type_as(self, other): return _ops.to(self, other.dtype)
+    def masked_fill(self, mask, value): return _ops.masked_fill(self, mask, value)
+    def where(self, condition, other): return _ops.where(condition, self, other)
+    def tril(self, diagonal=0): return _ops.tril(self, diagonal)
+    def triu(self, diagonal=0): return _ops.triu(self, diagonal)
+    def gather(self, dim, index): return _ops.gather(self, dim, index)
+    def index_select(self, dim, index): return _ops.index_select(self, dim, index)
+
+    # ------------------------------------------------------------------ in place
+    def __setitem__(self, index, value): _ops.setitem(self, index, value)
+    def add_(self, other, alpha=1): return _ops.inplace(self, "add", other, alpha)
+    def sub_(self, other, alpha=1): return _ops.inplace(self, "add", other, -alpha)
+    def mul_(self, other): return _ops.inplace(self, "mul", other)
+    def div_(self, other): return _ops.inplace(self, "div", other)
+    def zero_(self): return _ops.inplace(self, "fill", 0)
+    def fill_(self, value): return _ops.inplace(self, "fill", value)
+    def copy_(self, src): return _ops.inplace(self, "copy", src)
+    def masked_fill_(self, mask, value): return _ops.inplace(self, "masked_fill", mask, value)
+    def clamp_(self, min=None, max=None):  # noqa: A002
+        return _ops.inplace(self, "clamp", min, max)
+
+
+def _shape_arg(args) -> tuple:
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def _init(t: Tensor, storage: Storage, shape, strides, offset, data) -> None:
+    t._storage = storage
+    t._shape = tuple(shape)
+    t._strides = tuple(strides)
+    t._offset = offset
+    t._data = data
+    t.dtype = storage.dtype
+    t.device = storage.device
+    t.requires_grad = False
+    t.grad = None
+    t.grad_fn = None
+    t._output_nr = 0
+    t._base = None
+    t._view_version = 0
+    t._acc = None
+    t._hooks = None
+    t._retains_grad = False
+
+
+def _make(storage: Storage, shape, strides, offset: int, data=None, base=None) -> Tensor:
+    """A Tensor over an existing storage: this is how every view is born (no allocation)."""
+    t = Tensor.__new__(Tensor)
+    _init(t, storage, shape, strides, offset, data)
+    if base is not None:
+        t._base = base if base._base is None else base._base
+        t._view_version = storage.version
+    return t
+
+
+def from_array(arr, copy_reason: str | None = None) -> Tensor:
+    """Wrap a freshly computed numpy/cupy array as a Tensor over a new Storage (no copy)."""
+    if not backend.is_array(arr):  # numpy returns scalars from reductions of 0-d arrays
+        arr = backend.ensure_array(arr)
+    storage, shape, strides, offset = wrap_array(arr, copy_reason)
+    return _make(storage, shape, strides, offset, arr if offset == 0 else None)
+
+
+def _zeros_array(shape, dtype: DType, device: str):
+    xp = backend.xp_for(device)
+    with backend.on_device(device):
+        return xp.zeros(shape, dtype=dtype.np)
+
+
+def _ones_like_array(t: Tensor):
+    xp = backend.xp_for(t.device)
+    with backend.on_device(t.device):
+        return xp.ones(t.shape, dtype=t.dtype.np)
+
+
+from . import ops as _ops  # noqa: E402  (the op layer; methods above forward to it at call time)
