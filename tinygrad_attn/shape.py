@@ -100,7 +100,7 @@ def view_strides(shape: Shape, strides: Strides, new_shape: Shape) -> Strides | 
     The rule PyTorch uses: the old dims are cut into chunks that are each contiguous in
     memory; every new dim must fall inside one chunk.
     """
-    if numel(shape) == 0:
+    if numel(shape) <= 1 or not shape:  # empty or one element: any strides describe it
         return contiguous_strides(new_shape)
     new_strides = [0] * len(new_shape)
     view_d = len(new_shape) - 1

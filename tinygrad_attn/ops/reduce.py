@@ -202,7 +202,12 @@ class Matmul(Function):
         na, nb = ctx.needs_input_grad
         ctx.save_for_backward(a if nb else None, b if na else None)
         xp = backend.xp_for(a.device)
-        return from_array(xp.matmul(a._array(), b._array()))
+        A, B = a._array(), b._array()
+        if B.ndim == 2 and A.ndim > 2 and _rows_mergeable(a):
+            # (..., M, K) @ (K, N) is one GEMM over all rows, not a loop over the batch
+            out = xp.matmul(A.reshape(-1, A.shape[-1]), B)
+            return from_array(out.reshape(A.shape[:-1] + (B.shape[-1],)))
+        return from_array(xp.matmul(A, B))
 
     @staticmethod
     def backward(ctx, g):
@@ -215,9 +220,22 @@ class Matmul(Function):
             ga = unbroadcast(from_array(xp.matmul(G, xp.swapaxes(b._array(), -1, -2))),
                              ctx.shapes[0])
         if nb:
-            gb = unbroadcast(from_array(xp.matmul(xp.swapaxes(a._array(), -1, -2), G)),
-                             ctx.shapes[1])
+            A = a._array()
+            if A.ndim > 2 and len(ctx.shapes[1]) == 2 and _rows_mergeable(a):
+                # gb = sum over the batch of a_i^T g_i = (all rows of a)^T (all rows of g):
+                # one GEMM, and no (batch, K, N) intermediate to sum afterwards
+                A2 = A.reshape(-1, A.shape[-1])
+                gb = from_array(xp.matmul(A2.T, G.reshape(-1, G.shape[-1])))
+            else:
+                gb = unbroadcast(from_array(xp.matmul(xp.swapaxes(A, -1, -2), G)),
+                                 ctx.shapes[1])
         return ga, gb
+
+
+def _rows_mergeable(t: Tensor) -> bool:
+    """True if all leading dims of t merge into one without a copy (a view reshape)."""
+    merged = (shp.numel(t.shape[:-1]), t.shape[-1])
+    return shp.view_strides(t.shape, t._strides, merged) is not None
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

@@ -1,0 +1,86 @@
+"""The same computations on every device: values and gradients match the CPU's, and
+mixing devices is an error, never a silent transfer."""
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+
+
+def _attention_step(x, w):
+    B, T, C = x.shape
+    q, k, v = (x @ w).split(C, dim=-1)
+    att = (q @ k.mT) * C ** -0.5
+    mask = ta.ones(T, T, dtype=ta.bool, device=x.device).tril()
+    att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+    return (att @ v).relu().sum()
+
+
+def test_same_values_and_grads_as_cpu(device):
+    rng = np.random.default_rng(0)
+    x_np = rng.standard_normal((2, 5, 4))
+    w_np = rng.standard_normal((4, 12))
+    results = {}
+    for dev in ("cpu", device):
+        x = ta.tensor(x_np, dtype=ta.float64, device=dev, requires_grad=True)
+        w = ta.tensor(w_np, dtype=ta.float64, device=dev, requires_grad=True)
+        loss = _attention_step(x, w)
+        loss.backward()
+        results[dev] = (loss.item(), x.grad.cpu().numpy(), w.grad.cpu().numpy())
+    (l0, gx0, gw0), (l1, gx1, gw1) = results["cpu"], results[device]
+    assert l0 == pytest.approx(l1, rel=1e-12)
+    np.testing.assert_allclose(gx1, gx0, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gw1, gw0, rtol=1e-10, atol=1e-12)
+    assert x.grad.device == ta.backend.canonical_device(device)
+
+
+def test_to_device_round_trip_has_a_gradient(device):
+    x = ta.randn(3, 4, dtype=ta.float64, requires_grad=True)
+    y = x.to(device)
+    assert y.device == ta.backend.canonical_device(device)
+    (y * 2).cpu().sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((3, 4), 2.0))
+
+
+@pytest.mark.skipif(ta.cuda.is_available(), reason="checks the error raised without a GPU")
+def test_cuda_without_gpu_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="CuPy and a CUDA GPU"):
+        ta.zeros(2, device="cuda")
+    with pytest.raises(RuntimeError, match="CuPy and a CUDA GPU"):
+        ta.zeros(2).to("cuda")
+
+
+def test_unknown_device_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        ta.zeros(2, device="tpu")
+
+
+@pytest.mark.skipif(not ta.cuda.is_available(), reason="needs a GPU")
+def test_mixed_devices_raise():
+    a, b = ta.ones(2), ta.ones(2, device="cuda")
+    with pytest.raises(ta.DeviceMismatchError, match="add"):
+        a + b
+
+
+def test_numpy_dlpack_round_trip_shares_memory():
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = ta.from_dlpack(arr.T)  # strided producer: kept strided, no copy
+    assert t.shape == (4, 3) and t.stride() == (1, 4) and not t.is_contiguous()
+    arr[0, 1] = 100.0
+    assert t[1, 0].item() == 100.0
+    back = np.from_dlpack(t)
+    back[2, 2] = -1.0
+    assert arr[2, 2] == -1.0
+    assert ta.from_numpy(arr).shares_storage(ta.from_numpy(arr)) is False  # two Storages
+
+
+def test_cuda_dlpack_with_torch(device):
+    torch = pytest.importorskip("torch")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    src = torch.arange(6, dtype=torch.float32, device=device).reshape(2, 3)
+    t = ta.from_dlpack(src)
+    src[1, 2] = 42.0
+    assert t[1, 2].item() == 42.0
+    back = torch.from_dlpack(t)
+    assert back.data_ptr() == src.data_ptr()
