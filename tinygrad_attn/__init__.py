@@ -4,7 +4,7 @@ Strided zero-copy views, batched matmul and softmax, and a memory ledger that ex
 where the bytes of a training step go. See README.md and DESIGN.md.
 """
 
-from . import tensor  # noqa: F401,I001 - first: it binds the op layer its methods call
+from . import tensor as _tensor_module  # noqa: F401,I001 - first: binds the op layer
 from . import autograd, backend, cuda, functional, ops  # noqa: F401
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .backend import (  # noqa: F401

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import weakref
 
 from . import backend
 from . import storage as storage_mod
@@ -81,15 +82,18 @@ def is_grad_enabled() -> bool:
 class Node:
     """A node of the backward graph; for Function ops it is also the `ctx` forward saw."""
 
+    # defaults shared by all nodes (a node is made for every op call; keep __init__ short)
+    next_functions: tuple = ()
+    needs_input_grad: tuple = ()
+    _saved: list | None = ()
+    _released = False
+    seq = -1
+    _pre_hooks: dict | None = None
+    _outputs_meta: tuple = ()
+    input_shapes: tuple = ()
+
     def __init__(self, fn=None):
         self.fn = fn
-        self.next_functions: tuple = ()
-        self.needs_input_grad: tuple = ()
-        self._saved: list | None = []
-        self._released = False
-        self.seq = next(_seq)
-        self._pre_hooks: dict | None = None
-        self._outputs_meta: tuple = ()
 
     @property
     def name(self) -> str:
@@ -164,6 +168,7 @@ class AccumulateGrad(Node):
     def __init__(self, variable: Tensor):
         super().__init__(None)
         self.variable = variable
+        self.seq = next(_seq)
 
     @property
     def name(self) -> str:
@@ -182,8 +187,6 @@ class _HookHandle:
 def _accumulator(t: Tensor) -> AccumulateGrad:
     acc = t._acc() if t._acc is not None else None
     if acc is None:
-        import weakref
-
         acc = AccumulateGrad(t)
         t._acc = weakref.ref(acc)
     return acc
@@ -222,13 +225,19 @@ class Function:
         ctx = Node(cls)
         record = False
         if enabled:
-            needs = tuple(type(a) is Tensor and a.requires_grad for a in args)
-            record = True in needs
-            ctx.needs_input_grad = needs
+            needs = []
+            for a in args:
+                need = type(a) is Tensor and a.requires_grad
+                needs.append(need)
+                if need:
+                    record = True
+            ctx.needs_input_grad = needs = tuple(needs)
             if record:
-                ctx.next_functions = tuple(
-                    _input_edge(a, cls) if need else None for a, need in zip(args, needs)
-                )
+                edges, shapes = [], []
+                for a, need in zip(args, needs):
+                    edges.append(_input_edge(a, cls) if need else None)
+                    shapes.append(a._shape if need else None)
+                ctx.next_functions, ctx.input_shapes = tuple(edges), tuple(shapes)
         else:
             ctx.needs_input_grad = (False,) * len(args)
         current = storage_mod.current
@@ -241,16 +250,20 @@ class Function:
             GradMode.enabled = enabled
             current["op"] = prev_op
         if record:
-            outs = out if isinstance(out, tuple) else (out,)
-            for i, o in enumerate(outs):
-                if o.dtype.is_floating_point:
-                    o.requires_grad = True
-                    o.grad_fn = ctx
-                    o._output_nr = i
-            ctx._outputs_meta = tuple((o.shape, o.dtype, o.device) for o in outs)
-            ctx.input_shapes = tuple(
-                a.shape if need else None for a, need in zip(args, ctx.needs_input_grad)
-            )
+            ctx.seq = next(_seq)
+            if type(out) is Tensor:
+                if out.dtype.is_floating_point:
+                    out.requires_grad = True
+                    out.grad_fn = ctx
+                    out._output_nr = 0
+                ctx._outputs_meta = ((out._shape, out.dtype, out.device),)
+            else:
+                for i, o in enumerate(out):
+                    if o.dtype.is_floating_point:
+                        o.requires_grad = True
+                        o.grad_fn = ctx
+                        o._output_nr = i
+                ctx._outputs_meta = tuple((o._shape, o.dtype, o.device) for o in out)
         return out
 
 

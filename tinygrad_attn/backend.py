@@ -151,7 +151,7 @@ def on_device(device: str) -> _CudaScope:
 
 
 def device_of(arr) -> str:
-    if isinstance(arr, np.ndarray):
+    if type(arr) is np.ndarray or isinstance(arr, np.ndarray):
         return "cpu"
     if cp is not None and isinstance(arr, cp.ndarray):
         return f"cuda:{arr.device.id}"

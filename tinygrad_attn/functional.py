@@ -4,8 +4,23 @@ from __future__ import annotations
 
 from . import ops
 from .ops import (  # noqa: F401
-    cat, gather, gelu, index_select, log_softmax, logsumexp, matmul, masked_fill, relu,
-    sigmoid, silu, softmax, stack, tanh, tril, triu, where,
+    cat,
+    gather,
+    gelu,
+    index_select,
+    log_softmax,
+    logsumexp,
+    masked_fill,
+    matmul,
+    relu,
+    sigmoid,
+    silu,
+    softmax,
+    stack,
+    tanh,
+    tril,
+    triu,
+    where,
 )
 
 

@@ -92,6 +92,6 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
                     f"numerical {float(num[r, c]):+.8g}"
                 )
     if lines:
-        raise GradcheckError("gradcheck failed (atol=%g, rtol=%g):\n%s"
-                             % (atol, rtol, "\n".join(lines)))
+        report = "\n".join(lines)
+        raise GradcheckError(f"gradcheck failed (atol={atol:g}, rtol={rtol:g}):\n{report}")
     return True

@@ -79,10 +79,14 @@ def reset_peak(device: str = "cpu") -> None:
 
 def wrap_array(arr, copy_reason: str | None = None):
     """(storage, shape, strides, offset) for a freshly computed array, without copying it."""
-    dense = backend.flat_buffer(arr)
-    if dense is None:  # a non-dense result (rare): materialize it contiguously
-        arr = backend.ascontiguous(arr)
+    if arr.flags.c_contiguous:  # the common case, kept short: every op result comes here
+        itemsize = arr.itemsize
+        flat, strides = arr.reshape(-1), tuple([s // itemsize for s in arr.strides])
+    else:
         dense = backend.flat_buffer(arr)
-    flat, strides, offset = dense
-    dev = backend.device_of(arr)
-    return Storage(flat, dev, backend.dtype_of(arr), copy_reason), arr.shape, strides, offset
+        if dense is None:  # a non-dense result (rare): materialize it contiguously
+            arr = backend.ascontiguous(arr)
+            dense = backend.flat_buffer(arr)
+        flat, strides, _ = dense
+    storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr), copy_reason)
+    return storage, arr.shape, strides, 0

@@ -17,11 +17,18 @@ from .storage import Storage, wrap_array
 class Tensor:
     """An n-dimensional array that can record the ops applied to it for autodiff."""
 
-    __slots__ = (
-        "_storage", "_shape", "_strides", "_offset", "_data", "dtype", "device",
-        "requires_grad", "grad", "grad_fn", "_output_nr", "_base", "_view_version", "_acc",
-        "_hooks", "_retains_grad", "__weakref__",
-    )
+    # Defaults shared by every tensor; _init sets only what differs (a hot path: every op
+    # result and every view is a new Tensor).
+    requires_grad = False
+    grad = None
+    grad_fn = None
+    _output_nr = 0
+    _base = None
+    _view_version = 0
+    _acc = None
+    _hooks = None
+    _retains_grad = False
+
     __array_priority__ = 1000  # so numpy scalars on the left defer to Tensor's operators
 
     def __init__(self, data, dtype=None, device=None, requires_grad: bool = False):
@@ -31,7 +38,8 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data._array()
         arr = backend.asarray(data, dtype, device)
-        _init(self, *wrap_array(arr), None)
+        storage, shape, strides, offset = wrap_array(arr)
+        _init(self, storage, tuple(shape), tuple(strides), offset, None)
         if requires_grad:
             self.requires_grad_(True)
 
@@ -403,26 +411,20 @@ def _shape_arg(args) -> tuple:
 
 def _init(t: Tensor, storage: Storage, shape, strides, offset, data) -> None:
     t._storage = storage
-    t._shape = tuple(shape)
-    t._strides = tuple(strides)
+    t._shape = shape
+    t._strides = strides
     t._offset = offset
     t._data = data
     t.dtype = storage.dtype
     t.device = storage.device
-    t.requires_grad = False
-    t.grad = None
-    t.grad_fn = None
-    t._output_nr = 0
-    t._base = None
-    t._view_version = 0
-    t._acc = None
-    t._hooks = None
-    t._retains_grad = False
+
+
+_new = object.__new__
 
 
 def _make(storage: Storage, shape, strides, offset: int, data=None, base=None) -> Tensor:
     """A Tensor over an existing storage: this is how every view is born (no allocation)."""
-    t = Tensor.__new__(Tensor)
+    t = _new(Tensor)
     _init(t, storage, shape, strides, offset, data)
     if base is not None:
         t._base = base if base._base is None else base._base
