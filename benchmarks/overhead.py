@@ -151,8 +151,13 @@ def split_mul(lib, x):
     return a * b
 
 
+INDEX_TENSOR = {ta: ta.tensor(INDEX)}  # made once, like the NumPy array
+if torch is not None:
+    INDEX_TENSOR[torch] = torch.tensor(INDEX)
+
+
 def index_select(lib, table):
-    return table.index_select(0, lib.tensor(INDEX))
+    return table.index_select(0, INDEX_TENSOR[lib])
 
 
 S = SHAPE
@@ -212,23 +217,30 @@ def engine_step(lib, arrays, extra, forward):
 
 
 # ----------------------------------------------------------------------------- timing
-def per_call_us(step, target_s: float, repeat: int) -> float:
-    """Median over `repeat` runs of the mean time of one call, in microseconds."""
+def calls_per_run(step, target_s: float) -> int:
+    """How many calls of `step` fill about `target_s` seconds (after a short warm-up)."""
     for _ in range(3):  # warm up caches and lazy imports
         step()
     calls, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < target_s / 10 or calls < 5:
         step()
         calls += 1
-    estimate = (time.perf_counter() - t0) / calls
-    n = max(5, int(target_s / estimate))
-    runs = []
+    return max(5, int(target_s * calls / (time.perf_counter() - t0)))
+
+
+def time_cells(steps: dict, target_s: float, repeat: int) -> dict:
+    """Median µs per call for each step. Runs are interleaved (numpy, engine, torch, numpy,
+    ...) so that a burst of load from elsewhere on the machine hits all columns alike."""
+    counts = {key: calls_per_run(step, target_s) for key, step in steps.items()}
+    runs: dict = {key: [] for key in steps}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step()
-        runs.append((time.perf_counter() - t0) / n)
-    return statistics.median(runs) * 1e6
+        for key, step in steps.items():
+            n = counts[key]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                step()
+            runs[key].append((time.perf_counter() - t0) / n)
+    return {key: statistics.median(r) * 1e6 for key, r in runs.items()}
 
 
 def check(name: str, fns: dict) -> None:
@@ -255,11 +267,13 @@ def run(repeat: int, target_s: float) -> list[dict]:
     for name in CASES:
         fns = build(name, rng)
         check(name, fns)
-        row = {"op": name,
-               "numpy_us": per_call_us(fns["numpy"], target_s, repeat),
-               "engine_us": per_call_us(fns["ta"](), target_s, repeat),
-               "torch_us": per_call_us(fns["torch"](), target_s, repeat) if torch else None}
-        rows.append(row)
+        steps = {"numpy": fns["numpy"], "engine": fns["ta"]()}
+        if "torch" in fns:
+            steps["torch"] = fns["torch"]()
+        us = time_cells(steps, target_s, repeat)
+        us = {key: round(v, 3) for key, v in us.items()}
+        rows.append({"op": name, "numpy_us": us["numpy"], "engine_us": us["engine"],
+                     "torch_us": us.get("torch")})
     return rows
 
 
@@ -295,8 +309,8 @@ def markdown(rows: list[dict]) -> str:
     m = machine()
     ratio = summary(rows)
     median = f"median engine/torch {ratio:.2f}x" if ratio else "torch not installed"
-    lines.append("\nsplit: the two pieces feed one `a * b` (one extra mul in every column), "
-                 "because seeding both pieces directly hits an engine bug.")
+    lines.append("\nsplit: the two pieces feed one `a * b` (one extra mul in every column):")
+    lines.append("seeding both pieces of a split directly leaves x.grad None (an engine bug).")
     lines.append(
         f"{median}; {m['processor']}, {m['cpu_count']} CPUs, Python {m['python']}, "
         f"numpy {m['numpy']}, torch {m['torch'] or '-'}"

@@ -110,8 +110,6 @@ class Node:
             if t is None:
                 saved.append(None)
                 continue
-            if t.grad_fn is self:  # saving an output: keep an alias that does not point back
-                t = t.detach()
             saved.append((t, t._storage.version))
         self._saved = saved
 
@@ -251,6 +249,8 @@ class Function:
             current["op"] = prev_op
         if record:
             ctx.seq = next(_seq)
+            if ctx._saved:
+                _unlink_saved_outputs(ctx, out)
             if type(out) is Tensor:
                 if out.dtype.is_floating_point:
                     out.requires_grad = True
@@ -265,6 +265,16 @@ class Function:
                         o._output_nr = i
                 ctx._outputs_meta = tuple((o._shape, o.dtype, o.device) for o in out)
         return out
+
+
+def _unlink_saved_outputs(ctx: Node, out) -> None:
+    """A saved output is kept as a detached alias: output -> node -> output would be a
+    reference cycle, freed only by the cyclic garbage collector instead of at once."""
+    outs = (out,) if type(out) is Tensor else out
+    saved = ctx._saved
+    for i, item in enumerate(saved):
+        if item is not None and any(item[0] is o for o in outs):
+            saved[i] = (item[0].detach(), item[1])
 
 
 def _input_edge(t: Tensor, fn) -> tuple:
@@ -371,7 +381,7 @@ def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None):
 
     # consumers of each node, over the part of the graph reachable from the roots
     deps: dict = {}
-    stack = [node for node, _ in edges]
+    stack = list(dict.fromkeys(node for node, _ in edges))  # each root node once
     seen = set(stack)
     while stack:
         node = stack.pop()

@@ -1,0 +1,664 @@
+"""Every differentiable op against central finite differences (ta.gradcheck, float64).
+
+Each op runs on contiguous inputs and on non-contiguous ones: a transposed view of a leaf
+made with the swapped shape, a view sliced with a step (`x[:, ::2]`), and broadcast
+operands (a (1, n), (n,) or (m, 1) operand, or a leaf expanded inside the function).
+The gradient is checked with respect to the tensor the op sees (the view itself), or,
+for expanded operands, with respect to the small leaf under the expand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+
+F64 = ta.float64
+gelu = ta.functional.gelu
+silu = ta.functional.silu
+
+
+# ----------------------------------------------------------------------------- inputs
+def _leaf(shape, domain):
+    t = ta.randn(*shape, dtype=F64)
+    a = t.numpy()
+    if domain == "positive":
+        a[...] = np.abs(a) + 0.5
+    elif domain == "nonzero":  # |x| >= 0.3: away from the kink of abs/relu
+        a[...] = np.where(a >= 0, a + 0.3, a - 0.3)
+    elif domain == "clamp":  # away from the bounds +-0.5 used below
+        near = np.abs(np.abs(a) - 0.5) < 0.1
+        a[near] *= 1.5
+    else:
+        assert domain == "real", domain
+    return t.requires_grad_()
+
+
+def make(shape, view="contiguous", domain="real"):
+    """(input for gradcheck, wrap applied inside the checked function).
+
+    view: "contiguous"; "transposed" (leaf of the swapped shape, .transpose(0, 1));
+    "sliced" (leaf twice as wide in dim 1, [:, ::2]); "expand:<shape>" (a leaf of
+    `shape` that the function expands to `shape`, i.e. a stride-0 broadcast operand).
+    """
+    shape = tuple(shape)
+    if view == "contiguous":
+        return _leaf(shape, domain), None
+    if view == "transposed":
+        t = _leaf((shape[1], shape[0]) + shape[2:], domain).transpose(0, 1)
+        assert t.shape == shape
+        assert not t.is_contiguous() or min(shape[:2]) == 1  # size-1 dims: any stride
+        return t, None
+    if view == "sliced":
+        t = _leaf((shape[0], 2 * shape[1]) + shape[2:], domain)[:, ::2]
+        assert t.shape == shape and not t.is_contiguous()
+        return t, None
+    if view.startswith("expand:"):
+        small = tuple(int(s) for s in view[len("expand:"):].split("x"))
+        return _leaf(small, domain), lambda t: t.expand(*shape)
+    raise ValueError(view)
+
+
+def check(fn, specs, seed=0):
+    """gradcheck fn over inputs built from specs = [(shape, view, domain), ...]."""
+    ta.manual_seed(seed)
+    built = [make(*s) for s in specs]
+    inputs = [b[0] for b in built]
+    wraps = [b[1] for b in built]
+
+    def wrapped(*xs):
+        return fn(*(x if w is None else w(x) for w, x in zip(wraps, xs)))
+
+    assert ta.gradcheck(wrapped, inputs)
+
+
+def _mask(shape, seed=1):
+    rng = np.random.default_rng(seed)
+    return ta.tensor(rng.random(shape) < 0.5)
+
+
+# ----------------------------------------------------------------------------- unary
+UNARY = {
+    "neg": (lambda x: -x, "real"),
+    "neg_method": (lambda x: x.neg(), "real"),
+    "exp": (lambda x: x.exp(), "real"),
+    "log": (lambda x: ta.log(x), "positive"),
+    "sqrt": (lambda x: x.sqrt(), "positive"),
+    "rsqrt": (lambda x: x.rsqrt(), "positive"),
+    "abs": (lambda x: abs(x), "nonzero"),
+    "abs_method": (lambda x: x.abs(), "nonzero"),
+    "tanh": (lambda x: x.tanh(), "real"),
+    "sigmoid": (lambda x: ta.sigmoid(x * 3), "real"),
+    "relu": (lambda x: x.relu(), "nonzero"),
+    "gelu": (lambda x: gelu(x), "real"),
+    "gelu_tanh": (lambda x: gelu(x, approximate="tanh"), "real"),
+    "gelu_ops": (lambda x: ta.ops.gelu(x * 2), "real"),
+    "silu": (lambda x: silu(x), "real"),
+    "clamp": (lambda x: x.clamp(-0.5, 0.5), "clamp"),
+    "clamp_min": (lambda x: x.clamp(min=-0.5), "clamp"),
+    "clamp_max": (lambda x: ta.clamp(x, max=0.5), "clamp"),
+    "clip": (lambda x: x.clip(-0.5, 0.5), "clamp"),
+    "add_scalar": (lambda x: x + 2.5, "real"),
+    "radd_scalar": (lambda x: 2.5 + x, "real"),
+    "sub_scalar": (lambda x: x - 1.5, "real"),
+    "rsub_scalar": (lambda x: 1.5 - x, "real"),
+    "mul_scalar": (lambda x: x * -1.5, "real"),
+    "rmul_scalar": (lambda x: -1.5 * x, "real"),
+    "div_scalar": (lambda x: x / 3.0, "real"),
+    "rdiv_scalar": (lambda x: 2.0 / x, "nonzero"),
+    "pow_int": (lambda x: x ** 3, "real"),
+    "pow_square": (lambda x: x ** 2, "real"),
+    "pow_frac": (lambda x: x ** 1.5, "positive"),
+    "pow_negative": (lambda x: x ** -2.0, "positive"),
+    "pow_method": (lambda x: x.pow(0.5), "positive"),
+    "rpow_scalar": (lambda x: 2.0 ** x, "real"),
+    "rpow_e": (lambda x: 0.7 ** x, "real"),
+}
+ELEM_VIEWS = ["contiguous", "transposed", "sliced", "expand:1x4", "expand:3x1"]
+
+
+@pytest.mark.parametrize("view", ELEM_VIEWS)
+@pytest.mark.parametrize("op", list(UNARY))
+def test_unary(op, view):
+    fn, domain = UNARY[op]
+    check(fn, [((3, 4), view, domain)])
+
+
+# ----------------------------------------------------------------------------- binary
+BINARY = {
+    "add": (lambda a, b: a + b, "real", "real"),
+    "sub": (lambda a, b: a - b, "real", "real"),
+    "mul": (lambda a, b: a * b, "real", "real"),
+    "div": (lambda a, b: a / b, "real", "nonzero"),
+    "add_method": (lambda a, b: a.add(b), "real", "real"),
+    "sub_method": (lambda a, b: a.sub(b), "real", "real"),
+    "mul_method": (lambda a, b: a.mul(b), "real", "real"),
+    "div_method": (lambda a, b: a.div(b), "nonzero", "nonzero"),
+    "pow": (lambda a, b: a ** b, "positive", "real"),
+    "pow_method": (lambda a, b: a.pow(b), "positive", "real"),
+    "maximum": (lambda a, b: ta.maximum(a, b), "real", "real"),
+    "minimum": (lambda a, b: a.minimum(b), "real", "real"),
+    "maximum_method": (lambda a, b: a.maximum(b), "real", "real"),
+    "minimum_functional": (lambda a, b: ta.functional.minimum(a, b), "real", "real"),
+}
+BINARY_LAYOUTS = {
+    "contiguous": (((3, 4), "contiguous"), ((3, 4), "contiguous")),
+    "transposed": (((3, 4), "transposed"), ((3, 4), "transposed")),
+    "sliced": (((3, 4), "sliced"), ((3, 4), "sliced")),
+    "transposed_sliced": (((3, 4), "transposed"), ((3, 4), "sliced")),
+    "rhs_row": (((3, 4), "contiguous"), ((1, 4), "contiguous")),
+    "rhs_vector": (((3, 4), "contiguous"), ((4,), "contiguous")),
+    "rhs_column": (((3, 4), "transposed"), ((3, 1), "contiguous")),
+    "lhs_row": (((1, 4), "contiguous"), ((3, 4), "sliced")),
+    "lhs_vector": (((4,), "contiguous"), ((3, 4), "transposed")),
+    "outer": (((3, 1), "contiguous"), ((1, 4), "contiguous")),
+    "rhs_expand": (((3, 4), "contiguous"), ((3, 4), "expand:3x1")),
+    "lhs_expand": (((2, 3, 4), "expand:3x4"), ((2, 3, 4), "contiguous")),
+    "rhs_lead_dims": (((2, 3, 4), "sliced"), ((4,), "contiguous")),
+    "scalar_tensor": (((3, 4), "contiguous"), ((), "contiguous")),
+}
+
+
+@pytest.mark.parametrize("layout", list(BINARY_LAYOUTS))
+@pytest.mark.parametrize("op", list(BINARY))
+def test_binary(op, layout):
+    fn, da, db = BINARY[op]
+    (sa, va), (sb, vb) = BINARY_LAYOUTS[layout]
+    check(fn, [(sa, va, da), (sb, vb, db)])
+
+
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced"])
+def test_binary_same_tensor_both_sides(view):
+    check(lambda x: x * x + x / (x * x + 1) - ta.maximum(x, x * 0.5), [((3, 4), view, "real")])
+
+
+# ----------------------------------------------------------------------------- reductions
+RED_VIEWS = ["contiguous", "transposed", "sliced", "expand:2x1x4"]
+DIMS = [None, 0, 1, -1, (0, 2), (2, 0, 1)]
+DIM_IDS = ["all", "d0", "d1", "dneg1", "d02", "d201"]
+
+
+@pytest.mark.parametrize("view", RED_VIEWS)
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keep"])
+@pytest.mark.parametrize("dim", DIMS, ids=DIM_IDS)
+@pytest.mark.parametrize("op", ["sum", "mean", "var"])
+def test_sum_mean_var(op, dim, keepdim, view):
+    check(lambda x: getattr(x, op)(dim, keepdim=keepdim), [((2, 3, 4), view, "real")])
+
+
+@pytest.mark.parametrize("correction", [0, 2])
+@pytest.mark.parametrize("dim", [None, 1, (0, 2)], ids=["all", "d1", "d02"])
+def test_var_std_correction(dim, correction):
+    check(lambda x: x.var(dim, correction=correction), [((2, 3, 4), "sliced", "real")])
+    check(lambda x: x.std(dim, keepdim=True, correction=correction),
+          [((2, 3, 4), "transposed", "real")])
+
+
+@pytest.mark.parametrize("view", RED_VIEWS)
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keep"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_min_dim(op, dim, keepdim, view):
+    def fn(x):
+        values, indices = getattr(x, op)(dim, keepdim=keepdim)
+        assert indices.dtype == ta.int64
+        return values
+
+    check(fn, [((2, 3, 4), view, "real")])
+
+
+@pytest.mark.parametrize("view", RED_VIEWS)
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_min_all(op, view):
+    check(lambda x: getattr(x, op)() * 2, [((2, 3, 4), view, "real")])
+
+
+@pytest.mark.parametrize("view", RED_VIEWS)
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keep"])
+@pytest.mark.parametrize("dim", [0, 1, -1, (0, 2)], ids=["d0", "d1", "dneg1", "d02"])
+def test_logsumexp(dim, keepdim, view):
+    check(lambda x: x.logsumexp(dim, keepdim=keepdim), [((2, 3, 4), view, "real")])
+
+
+@pytest.mark.parametrize("view", RED_VIEWS)
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax(op, dim, view):
+    check(lambda x: getattr(x, op)(dim), [((2, 3, 4), view, "real")])
+    check(lambda x: getattr(ta, op)(x * 3, dim), [((2, 3, 4), view, "real")], seed=1)
+
+
+# ----------------------------------------------------------------------------- matmul
+def _c(shape):
+    return (shape, "contiguous", "real")
+
+
+MATMUL = {
+    "2d": [_c((3, 4)), _c((4, 2))],
+    "2d_lhs_transposed": [((3, 4), "transposed", "real"), _c((4, 2))],
+    "2d_rhs_transposed": [_c((3, 4)), ((4, 2), "transposed", "real")],
+    "2d_both_transposed": [((3, 4), "transposed", "real"), ((4, 2), "transposed", "real")],
+    "2d_lhs_sliced": [((3, 4), "sliced", "real"), _c((4, 2))],
+    "2d_rhs_sliced": [_c((3, 4)), ((4, 2), "sliced", "real")],
+    "3d": [_c((2, 3, 4)), _c((2, 4, 2))],
+    "3d_sliced_transposed": [((2, 3, 4), "sliced", "real"), ((2, 4, 2), "transposed", "real")],
+    "4d": [_c((2, 2, 3, 2)), _c((2, 2, 2, 3))],
+    "batch_broadcast": [_c((2, 1, 3, 2)), _c((1, 2, 2, 3))],
+    "3d_at_2d": [_c((2, 3, 4)), _c((4, 2))],
+    "2d_at_3d": [_c((3, 4)), _c((2, 4, 2))],
+    "lhs_expand": [((2, 3, 4), "expand:1x3x4", "real"), _c((2, 4, 2))],
+    "rhs_expand": [_c((2, 3, 4)), ((2, 4, 2), "expand:4x2", "real")],
+    "1d_at_2d": [_c((4,)), _c((4, 3))],
+    "2d_at_1d": [_c((3, 4)), _c((4,))],
+    "1d_at_1d": [_c((5,)), _c((5,))],
+    "1d_at_3d": [_c((4,)), _c((2, 4, 3))],
+    "3d_at_1d": [((2, 3, 4), "transposed", "real"), _c((4,))],
+    "2d_at_1d_sliced": [((3, 4), "transposed", "real"), ((2, 4), "sliced", "real")],
+}
+
+
+def _matmul_fn(case):
+    if case == "2d_at_1d_sliced":  # a stepped 1-D operand: row 1 of a sliced view
+        return lambda a, b: a @ b[1]
+    return lambda a, b: a @ b
+
+
+@pytest.mark.parametrize("case", list(MATMUL))
+def test_matmul(case):
+    check(_matmul_fn(case), MATMUL[case])
+
+
+@pytest.mark.parametrize("how", ["mT", "T", "transpose", "permute"])
+def test_matmul_with_transposed_views_inside(how):
+    def fn(a, b):
+        if how == "mT":
+            return a.mT @ b.mT
+        if how == "T":
+            return a.T @ b.T
+        if how == "transpose":
+            return a.transpose(-1, -2) @ b.transpose(0, 1)
+        return a.permute(1, 0) @ ta.matmul(b.permute(1, 0), b)
+
+    check(fn, [_c((4, 3)), _c((2, 4))])
+
+
+# ----------------------------------------------------------------------------- view ops
+IDX = ta.tensor([2, 0, 2])
+IDX_COL = ta.tensor([3, 1, 3, 0])
+IDX_2D = ta.tensor([[0, 1], [1, 1]])
+
+VIEW_OPS = {
+    "view_flat": (lambda x: x.view(-1), ["contiguous"]),
+    "view_split_last": (lambda x: x.view(2, 3, 2, 2), ["contiguous", "transposed", "sliced"]),
+    "view_merge_first": (lambda x: x.view(6, 4), ["contiguous", "sliced"]),
+    "view_tuple": (lambda x: x.view((4, 6)), ["contiguous"]),
+    "view_as": (lambda x: x.view_as(ta.zeros(6, 4)), ["contiguous"]),
+    "reshape": (lambda x: x.reshape(4, -1), ["contiguous", "transposed", "sliced"]),
+    "reshape_flat": (lambda x: x.reshape(-1), ["contiguous", "transposed", "sliced"]),
+    "reshape_as": (lambda x: x.reshape_as(ta.zeros(3, 8)), ["contiguous", "transposed"]),
+    "transpose": (lambda x: x.transpose(0, 2), ["contiguous", "transposed", "sliced"]),
+    "transpose_neg": (lambda x: x.transpose(-1, -2) * 2, ["contiguous", "transposed"]),
+    "permute": (lambda x: x.permute(2, 0, 1), ["contiguous", "transposed", "sliced"]),
+    "permute_tuple": (lambda x: x.permute((1, 2, 0)), ["contiguous", "sliced"]),
+    "T": (lambda x: x.T, ["contiguous", "transposed", "sliced"]),
+    "mT": (lambda x: x.mT, ["contiguous", "transposed", "sliced"]),
+    "index_int": (lambda x: x[1], ["contiguous", "transposed", "sliced"]),
+    "index_neg_int": (lambda x: x[-1, 0], ["contiguous", "transposed"]),
+    "index_slice": (lambda x: x[:, 1:], ["contiguous", "transposed", "sliced"]),
+    "index_step": (lambda x: x[:, ::2], ["contiguous", "transposed", "sliced"]),
+    "index_step_offset": (lambda x: x[..., 1:4:2], ["contiguous", "transposed", "sliced"]),
+    "index_none": (lambda x: x[None, :, -1], ["contiguous", "transposed", "sliced"]),
+    "index_mixed": (lambda x: x[1, None, 1:, ::3], ["contiguous", "transposed", "sliced"]),
+    "index_ellipsis": (lambda x: x[..., 2], ["contiguous", "transposed", "sliced"]),
+    "index_ellipsis_none": (lambda x: x[:, None, ..., 0], ["contiguous", "sliced"]),
+    "index_scalar": (lambda x: x[0, 1, 2], ["contiguous", "transposed"]),
+    "index_tensor_int": (lambda x: x[ta.tensor(1)], ["contiguous", "sliced"]),
+    "index_twice": (lambda x: x[0] * x[1, ::2].sum() + x[:, 2], ["contiguous", "transposed"]),
+    "split_int": (lambda x: _use_parts(x.split(1, dim=1)), ["contiguous", "transposed", "sliced"]),
+    "split_int_uneven": (lambda x: _use_first_two(x.split(3, dim=-1)), ["contiguous", "sliced"]),
+    "split_sizes": (lambda x: _use_parts(x.split([1, 2, 1], dim=2)), ["contiguous", "transposed"]),
+    "split_sizes_dim0": (lambda x: _use_parts(x.split([1, 0, 1], dim=0)), ["contiguous"]),
+    "chunk": (lambda x: _use_first_two(x.chunk(2, dim=2)), ["contiguous", "transposed", "sliced"]),
+    "chunk_uneven": (lambda x: _use_parts(x.chunk(3, dim=1)), ["contiguous", "sliced"]),
+    "unbind": (lambda x: _use_parts(x.unbind(1)), ["contiguous", "transposed", "sliced"]),
+    "unbind_iter": (lambda x: _use_first_two(list(x)), ["contiguous", "transposed"]),
+    "squeeze_unsqueeze": (lambda x: x.unsqueeze(1).squeeze(1), ["contiguous", "transposed"]),
+    "unsqueeze_0": (lambda x: x.unsqueeze(0), ["contiguous", "transposed", "sliced"]),
+    "unsqueeze_neg": (lambda x: x.unsqueeze(-1) * 2, ["contiguous", "transposed", "sliced"]),
+    "unsqueeze_mid": (lambda x: x.unsqueeze(2), ["contiguous", "sliced"]),
+    "flatten": (lambda x: x.flatten(), ["contiguous", "transposed", "sliced"]),
+    "flatten_1": (lambda x: x.flatten(1), ["contiguous", "transposed", "sliced"]),
+    "flatten_0_1": (lambda x: x.flatten(0, 1), ["contiguous", "transposed", "sliced"]),
+    "flatten_neg": (lambda x: x.flatten(-2, -1), ["contiguous", "transposed", "sliced"]),
+    "unflatten": (lambda x: x.unflatten(2, (2, 2)), ["contiguous", "transposed", "sliced"]),
+    "unflatten_infer": (lambda x: x.unflatten(-1, (2, -1)), ["contiguous", "sliced"]),
+    "narrow": (lambda x: x.narrow(1, 1, 2), ["contiguous", "transposed", "sliced"]),
+    "narrow_neg_start": (lambda x: x.narrow(2, -3, 2), ["contiguous", "transposed"]),
+    "expand_then_view": (lambda x: x.unsqueeze(0).expand(2, 2, 3, 4), ["contiguous", "sliced"]),
+}
+
+
+def _use_parts(parts):
+    """Use the first and last pieces (the first twice), leaving the middle ones unused."""
+    assert len(parts) >= 2
+    return parts[0] * 2 + parts[0], parts[-1].exp()
+
+
+def _use_first_two(parts):
+    return parts[0] * parts[1].sum(), parts[1]
+
+
+VIEW_CASES = [(name, view) for name, (_, views) in VIEW_OPS.items() for view in views]
+
+
+@pytest.mark.parametrize("op,view", VIEW_CASES, ids=[f"{n}-{v}" for n, v in VIEW_CASES])
+def test_view_op(op, view):
+    fn, _ = VIEW_OPS[op]
+    check(fn, [((2, 3, 4), view, "real")])
+
+
+def test_views_share_memory_and_reshape_paths():
+    x = ta.randn(2, 3, 4, dtype=F64, requires_grad=True)
+    assert x.reshape(4, 6).shares_storage(x)  # view path
+    xt = x.transpose(0, 1)
+    copied = xt.reshape(4, 6)  # no view can express it: copy path
+    assert not copied.shares_storage(x)
+    np.testing.assert_array_equal(copied.detach().numpy(),
+                                  xt.detach().numpy().reshape(4, 6))
+    for v in (x.transpose(0, 2), x.permute(2, 0, 1), x.mT, x[:, ::2], x.narrow(1, 1, 2),
+              x.split(2, dim=2)[1], x.unsqueeze(0), x[None, 1], x.expand(3, 2, 3, 4)):
+        assert v.shares_storage(x)
+
+
+EXPAND_OPS = {
+    "expand": lambda x: x.expand(2, 3, 4),
+    "expand_minus_one": lambda x: x.expand(-1, 4),
+    "expand_same_ndim": lambda x: x.expand(3, 4) * x.expand(3, 4),
+    "broadcast_to": lambda x: x.broadcast_to((2, 3, 4)),
+    "expand_as": lambda x: x.expand_as(ta.zeros(2, 3, 4)),
+}
+
+
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("op", list(EXPAND_OPS))
+def test_expand(op, view):
+    check(EXPAND_OPS[op], [((3, 1), view, "real")])
+
+
+SQUEEZE_OPS = {
+    "squeeze_dim": lambda x: x.squeeze(1),
+    "squeeze_all": lambda x: x.squeeze(),
+    "squeeze_noop": lambda x: x.squeeze(0),
+    "squeeze_tuple": lambda x: x.squeeze((1, 3)),
+    "squeeze_neg": lambda x: x.squeeze(-1),
+}
+
+
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("op", list(SQUEEZE_OPS))
+def test_squeeze(op, view):
+    # transposed: leaf (1, 2, 3, 1) -> (2, 1, 3, 1); sliced: leaf (2, 2, 3, 1)[:, ::2]
+    check(SQUEEZE_OPS[op], [((2, 1, 3, 1), view, "real")])
+
+
+AS_STRIDED = {
+    "plain": ((3, 4), (4, 1), None),
+    "transposed_geometry": ((4, 3), (1, 4), None),
+    "overlapping_window": ((5, 4), (2, 1), None),
+    "overlapping_stride0": ((3, 2, 2), (3, 0, 1), 1),
+    "offset": ((2, 2), (1, 3), 2),
+}
+
+
+@pytest.mark.parametrize("case", list(AS_STRIDED))
+def test_as_strided(case):
+    size, stride, offset = AS_STRIDED[case]
+    check(lambda x: x.as_strided(size, stride, offset), [_c((3, 4))])
+
+
+@pytest.mark.parametrize("view", ["transposed", "sliced"])
+def test_as_strided_of_a_view(view):
+    # the view covers every storage element that the as_strided window reads
+    def fn(x):
+        if view == "transposed":  # x = leaf(4, 3).T: storage of 12, strides (1, 3)
+            return x.as_strided((2, 5), (2, 1), 1)
+        return x.as_strided((3, 2), (8, 4), 2)  # x = leaf(3, 8)[:, ::2]: strides (8, 2)
+
+    check(fn, [((3, 4), view, "real")])
+
+
+# ----------------------------------------------------------------------------- copies
+COPY_OPS = {
+    "contiguous": lambda x: x.contiguous(),
+    "clone": lambda x: x.clone(),
+    "clone_then_view": lambda x: x.clone().transpose(0, 1)[::2],
+    "index_tensor_repeated": lambda x: x[IDX],
+    "index_list_repeated": lambda x: x[[0, 2, 0, 0]],
+    "index_bool_mask": lambda x: x[_mask((3, 4))],
+    "index_bool_rows": lambda x: x[ta.tensor([True, False, True])],
+    "index_cols_repeated": lambda x: x[:, IDX_COL],
+    "index_pairs": lambda x: x[IDX, ta.tensor([1, 1, 3])],
+    "index_2d_tensor": lambda x: x[IDX_2D],
+    "index_slice_and_list": lambda x: x[1:, [0, 0, 2]],
+    "index_int_and_tensor": lambda x: x[1, IDX_COL],
+    "tril": lambda x: x.tril(),
+    "tril_minus1": lambda x: ta.tril(x, -1),
+    "tril_plus1": lambda x: x.tril(1),
+    "triu": lambda x: x.triu(),
+    "triu_plus1": lambda x: ta.triu(x, 1),
+    "triu_minus1": lambda x: x.triu(diagonal=-1),
+    "masked_fill": lambda x: x.masked_fill(_mask((3, 4)), 3.0),
+    "masked_fill_row_mask": lambda x: x.masked_fill(_mask((1, 4), seed=3), -2.0),
+    "masked_fill_vec_mask": lambda x: ta.masked_fill(x, _mask((4,), seed=5), 0.0),
+    "gather_dim0": lambda x: x.gather(0, ta.tensor([[2, 0, 2, 1], [0, 0, 1, 2]])),
+    "gather_dim1": lambda x: ta.gather(x, 1, ta.tensor([[3, 3, 0], [1, 2, 1], [0, 0, 0]])),
+    "gather_smaller": lambda x: x.gather(-1, ta.tensor([[1], [3]])),
+    "index_select_dim0": lambda x: x.index_select(0, ta.tensor([2, 0, 2, 1])),
+    "index_select_dim1": lambda x: ta.index_select(x, 1, ta.tensor([3, 3, 0])),
+    "where_scalar_other": lambda x: ta.where(_mask((3, 4)), x, 0.5),
+    "where_scalar_self": lambda x: ta.where(_mask((3, 4)), -1.0, x * 2),
+    "where_method": lambda x: x.where(_mask((3, 4)), x.exp()),
+    "where_broadcast_cond": lambda x: ta.where(_mask((1, 4), seed=2), x, -x),
+    "stack_self": lambda x: ta.stack([x, x * 2], dim=1),
+    "cat_self": lambda x: ta.cat([x, x], dim=0),
+}
+
+
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("op", list(COPY_OPS))
+def test_copy_op(op, view):
+    check(COPY_OPS[op], [((3, 4), view, "real")])
+
+
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("op", ["tril", "triu"])
+def test_tri_batched(op, view):
+    check(lambda x: getattr(x, op)(0) + getattr(ta, op)(x, -1), [((2, 3, 3), view, "real")])
+
+
+def test_gather_3d():
+    idx = ta.tensor([[[0, 0, 2]], [[1, 2, 1]]])  # (2, 1, 3) into (2, 3, 4) along -1
+    check(lambda x: x.gather(-1, idx), [((2, 3, 4), "sliced", "real")])
+
+
+CAT_CASES = {
+    "dim0": ([(3, 4), (2, 4)], 0),
+    "dim1": ([(3, 4), (3, 2)], 1),
+    "dim_neg_three_inputs": ([(2, 3, 1), (2, 3, 2), (2, 3, 3)], -1),
+    "dim1_3d": ([(2, 1, 2), (2, 3, 2)], 1),
+}
+
+
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("case", list(CAT_CASES))
+def test_cat(case, view):
+    shapes, dim = CAT_CASES[case]
+    check(lambda *xs: ta.cat(xs, dim=dim), [(s, view, "real") for s in shapes])
+
+
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_stack(dim, view):
+    check(lambda a, b, c: ta.stack([a, b, c], dim=dim), [((3, 2), view, "real")] * 3)
+
+
+WHERE_LAYOUTS = {
+    "contiguous": [_c((3, 4)), _c((3, 4))],
+    "transposed": [((3, 4), "transposed", "real"), ((3, 4), "transposed", "real")],
+    "sliced": [((3, 4), "sliced", "real"), ((3, 4), "transposed", "real")],
+    "broadcast": [_c((3, 1)), _c((4,))],
+    "expand": [((3, 4), "expand:1x4", "real"), ((3, 4), "sliced", "real")],
+}
+
+
+@pytest.mark.parametrize("layout", list(WHERE_LAYOUTS))
+def test_where_two_tensors(layout):
+    check(lambda a, b: ta.where(_mask((3, 4)), a, b), WHERE_LAYOUTS[layout])
+
+
+def test_masked_fill_attention_mask():
+    causal = ta.ones(3, 3, dtype=ta.bool).tril()
+
+    def fn(s):
+        return s.masked_fill(~causal, float("-inf")).softmax(-1)
+
+    check(fn, [((2, 3, 3), "transposed", "real")])
+
+
+def test_masked_fill_value_tensor_gets_gradient():
+    # as torch: a 0-d tensor fill value is differentiable (its grad is the masked sum)
+    mask = _mask((3, 4))
+    check(lambda x, v: x.masked_fill(mask, v), [_c((3, 4)), _c(())])
+
+
+# ----------------------------------------------------------------------------- in place
+def _inplace(method, *args, **kwargs):
+    def fn(x, *others):
+        y = x * 1  # a non-leaf: in-place ops rebase its history
+        getattr(y, method)(*(others + args), **kwargs)
+        return y
+
+    return fn
+
+
+def _setitem(index):
+    def fn(x, z):
+        y = x * 1
+        y[index] = z
+        return y
+
+    return fn
+
+
+def _setitem_scalar(index, value):
+    def fn(x):
+        y = x * 2
+        y[index] = value
+        return y.exp()
+
+    return fn
+
+
+INPLACE = {
+    "add_": (_inplace("add_"), [_c((3, 4)), _c((3, 4))]),
+    "add_transposed_other": (_inplace("add_"), [_c((3, 4)), ((3, 4), "transposed", "real")]),
+    "add_sliced_other": (_inplace("add_"), [_c((3, 4)), ((3, 4), "sliced", "real")]),
+    "add_broadcast": (_inplace("add_"), [_c((3, 4)), _c((4,))]),
+    "add_alpha": (_inplace("add_", alpha=-2.5), [_c((3, 4)), _c((1, 4))]),
+    "add_scalar": (_inplace("add_", 3.0), [_c((3, 4))]),
+    "sub_": (_inplace("sub_"), [_c((3, 4)), ((3, 4), "sliced", "real")]),
+    "sub_alpha": (_inplace("sub_", alpha=0.5), [_c((3, 4)), _c((3, 1))]),
+    "mul_": (_inplace("mul_"), [_c((3, 4)), _c((3, 4))]),
+    "mul_transposed_other": (_inplace("mul_"), [_c((3, 4)), ((3, 4), "transposed", "real")]),
+    "mul_broadcast": (_inplace("mul_"), [_c((3, 4)), _c((1, 4))]),
+    "mul_scalar": (_inplace("mul_", -1.5), [_c((3, 4))]),
+    "div_": (_inplace("div_"), [_c((3, 4)), ((3, 4), "contiguous", "nonzero")]),
+    "div_broadcast": (_inplace("div_"), [_c((3, 4)), ((4,), "contiguous", "nonzero")]),
+    "div_sliced_other": (_inplace("div_"), [_c((3, 4)), ((3, 4), "sliced", "nonzero")]),
+    "div_scalar": (_inplace("div_", 4.0), [_c((3, 4))]),
+    "masked_fill_": (_inplace("masked_fill_", _mask((3, 4)), 2.0), [_c((3, 4))]),
+    "masked_fill_broadcast": (_inplace("masked_fill_", _mask((4,)), 0.0), [_c((3, 4))]),
+    "clamp_": (_inplace("clamp_", -0.5, 0.5), [((3, 4), "contiguous", "clamp")]),
+    "clamp_min_only": (_inplace("clamp_", -0.5), [((3, 4), "contiguous", "clamp")]),
+    "clamp_max_only": (_inplace("clamp_", None, 0.5), [((3, 4), "contiguous", "clamp")]),
+    "copy_": (_inplace("copy_"), [_c((3, 4)), ((4,), "contiguous", "real")]),
+    "setitem_int": (_setitem(0), [_c((3, 4)), _c((4,))]),
+    "setitem_column": (_setitem((slice(None), 1)), [_c((3, 4)), _c((3,))]),
+    "setitem_step": (_setitem((slice(1, None), slice(None, None, 2))), [_c((3, 4)), _c((2, 2))]),
+    "setitem_broadcast": (_setitem(slice(0, 2)), [_c((3, 4)), _c((4,))]),
+    "setitem_tensor_index": (_setitem(ta.tensor([2, 0])), [_c((3, 4)), _c((2, 4))]),
+    "setitem_list_index": (_setitem([0, 2]), [_c((3, 4)), _c((1, 4))]),
+    "setitem_bool_mask": (_setitem(_mask((3, 4))), [_c((3, 4)), _c(())]),
+    "setitem_transposed_value": (_setitem(slice(None)), [_c((3, 4)),
+                                                         ((3, 4), "transposed", "real")]),
+    "setitem_scalar": (_setitem_scalar((1, 2), 1.5), [_c((3, 4))]),
+    "setitem_scalar_mask": (_setitem_scalar(_mask((3, 4)), -1.0), [_c((3, 4))]),
+}
+
+
+@pytest.mark.parametrize("case", list(INPLACE))
+def test_inplace_on_non_leaf(case):
+    fn, specs = INPLACE[case]
+    check(fn, specs)
+
+
+def test_inplace_chain():
+    def fn(x, z, w):
+        y = x.tanh() * 2
+        y.mul_(z)
+        y.add_(w, alpha=0.5)
+        y[0] = z[1] * w[2]
+        y.div_(1.5)
+        y.clamp_(-3.0, 3.0)
+        return y.sum(1), y
+
+    check(fn, [_c((3, 4)), _c((3, 4)), _c((3, 4))])
+
+
+def test_inplace_result_feeds_later_ops():
+    def fn(x, z):
+        y = x * 1
+        y.add_(z)
+        y[1, ::2] = z[0, 1:3]
+        return (y.softmax(-1) @ z.T).logsumexp(0)
+
+    check(fn, [_c((3, 4)), ((3, 4), "transposed", "real")])
+
+
+def test_setitem_into_constant_buffer():
+    def fn(x, z):
+        buf = ta.zeros(3, 4, dtype=F64)  # does not require grad until it receives z
+        buf[1] = z
+        buf[ta.tensor([0, 2]), 1:3] = x
+        return buf * 2
+
+    check(fn, [_c((2, 2)), _c((4,))])
+
+
+def test_inplace_add_itself():
+    def fn(x):
+        y = x * 1
+        y.add_(y)
+        return y
+
+    check(fn, [_c((3, 4))])
+
+
+def test_inplace_mul_by_itself_is_right_or_refused():
+    # torch refuses (mul_ saved `other`, which the op itself overwrote); silently using
+    # the overwritten value would give a wrong gradient
+    ta.manual_seed(0)
+    x = ta.randn(3, 4, dtype=F64, requires_grad=True)
+
+    def fn(x):
+        y = x * 1
+        y.mul_(y)
+        return y
+
+    try:
+        ok = ta.gradcheck(fn, [x])
+    except RuntimeError as e:
+        assert "in-place" in str(e) or "inplace" in str(e)
+    else:
+        assert ok
