@@ -197,7 +197,7 @@ def test_next_functions_none_for_inputs_without_grad():
 
 
 def test_saved_tensor_list_shows_what_was_saved():
-    a = leaf(np.arange(6.0).reshape(2, 3))
+    a = leaf(np.arange(1.0, 7.0).reshape(2, 3))
     b = leaf(np.arange(12.0).reshape(3, 4))
     s = a.softmax(-1)
     (saved,) = s.grad_fn.saved_tensor_list()
@@ -274,6 +274,38 @@ def test_hook_returning_none_keeps_grad():
     np.testing.assert_allclose(seen[0], [5.0, 5.0])
 
 
+def test_retain_grad_sees_grad_after_hooks():
+    # as in PyTorch, the retained .grad is the gradient after every hook has run, whatever
+    # the order the hook and retain_grad() were registered in
+    for hook_first in (False, True):
+        x = leaf([1.0, 2.0])
+        h = x * 3.0
+        if hook_first:
+            h.register_hook(lambda g: g * 10.0)
+            h.retain_grad()
+        else:
+            h.retain_grad()
+            h.register_hook(lambda g: g * 10.0)
+        (h * h).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), [180.0, 360.0])
+        np.testing.assert_allclose(h.grad.numpy(), [60.0, 120.0], err_msg=f"{hook_first=}")
+
+
+def test_hook_runs_once_with_summed_grad():
+    x = leaf([0.5, -1.0])
+    h = x * 2.0
+    calls = []
+    h.register_hook(lambda g: calls.append(g.numpy().copy()))
+    long_branch = ((h * 3.0).tanh() * 2.0).exp()
+    (h.exp() + long_branch + h).sum().backward()
+    hv = np.array([1.0, -2.0])
+    lb = np.exp(2 * np.tanh(3 * hv))
+    expected = np.exp(hv) + lb * 2 * (1 - np.tanh(3 * hv) ** 2) * 3 + 1
+    assert len(calls) == 1
+    np.testing.assert_allclose(calls[0], expected)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * expected)
+
+
 def test_register_hook_without_grad_raises():
     with pytest.raises(RuntimeError, match="doesn't require grad"):
         ta.tensor([1.0]).register_hook(lambda g: g)
@@ -308,6 +340,16 @@ def test_autograd_grad_of_non_leaf():
     (gh,) = ta.autograd.grad((h * h).sum(), [h])
     np.testing.assert_allclose(gh.numpy(), [6.0, 12.0])
     assert x.grad is None and h.grad is None
+
+
+def test_autograd_grad_runs_leaf_hooks():
+    # hooks on non-leaves change what autograd.grad returns; hooks on leaves must as well
+    # (as in PyTorch), and still without touching .grad
+    x = leaf([1.0, 2.0])
+    x.register_hook(lambda g: g * 10.0)
+    (gx,) = ta.autograd.grad((x * x).sum(), [x])
+    np.testing.assert_allclose(gx.numpy(), [20.0, 40.0])
+    assert x.grad is None
 
 
 def test_autograd_grad_unused_input():
@@ -388,6 +430,18 @@ def test_inplace_under_no_grad_on_leaf_is_allowed():
     w.grad = None
     (w + 1.0).sum().backward()  # still usable as a leaf afterwards
     np.testing.assert_allclose(w.grad.numpy(), [1.0, 1.0])
+
+
+def test_view_of_leaf_survives_optimizer_step():
+    # a view of a parameter taken before an in-place update under no_grad still works after
+    # it: a leaf has no history that the update could have made stale (as in PyTorch)
+    w = leaf([1.0, 2.0, 3.0])
+    head = w[:2]
+    with ta.no_grad():
+        w.sub_(1.0)
+    np.testing.assert_allclose(host(head), [0.0, 1.0])
+    (head * head).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [0.0, 2.0, 0.0])
 
 
 # ----------------------------------------------------------------------------- custom Function
@@ -481,6 +535,41 @@ def test_fan_out_of_non_leaf_gradients_sum():
     (h + h + h * h).sum().backward()
     xv = np.array([1.0, 2.0])
     np.testing.assert_allclose(x.grad.numpy(), 2 * (2 + 2 * (2 * xv)))
+
+
+class TwiceSum(ta.autograd.Function):
+    """y = 2 (a + b); backward hands the SAME fresh tensor to both inputs."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return (a + b) * 2.0
+
+    @staticmethod
+    def backward(ctx, g):
+        g2 = g * 2.0
+        return g2, g2
+
+
+def test_same_gradient_tensor_for_two_inputs_is_not_aliased():
+    # a's node gets this gradient first and a second one later (from a * 5, created
+    # earlier, so processed later); summing into it must not change b's pending gradient
+    vals = [1.0, 2.0]
+    x = leaf(vals)
+    a, b = x.exp(), x.tanh()
+    ((a * 5.0) + TwiceSum.apply(a, b)).sum().backward()
+    xt = _torch(vals)
+    at, bt = xt.exp(), xt.tanh()
+    ((at * 5.0) + (at + bt) * 2.0).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-12)
+
+
+def test_same_gradient_tensor_for_leaf_and_node():
+    x = leaf([1.0, 2.0])
+    b = x.tanh()
+    y = (x * 3.0 + TwiceSum.apply(x, b)).sum()
+    y.backward()
+    xv = np.array([1.0, 2.0])
+    np.testing.assert_allclose(x.grad.numpy(), 3.0 + 2.0 + 2.0 * (1 - np.tanh(xv) ** 2))
 
 
 def test_slice_grads_on_a_leaf():

@@ -5,9 +5,13 @@ from __future__ import annotations
 from . import ops
 from .ops import (  # noqa: F401
     cat,
+    cross_entropy,
+    dropout,
+    embedding,
     gather,
     gelu,
     index_select,
+    layer_norm,
     log_softmax,
     logsumexp,
     masked_fill,

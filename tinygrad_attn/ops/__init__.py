@@ -60,6 +60,7 @@ from .movement import (  # noqa: F401
     unsqueeze,
     view,
 )
+from .nn import cross_entropy, dropout, embedding, layer_norm  # noqa: F401
 from .reduce import (  # noqa: F401
     argmax,
     argmin,

@@ -306,8 +306,7 @@ class IndexSelect(Function):
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
         out = zeros_array(ctx.in_shape, g.dtype, g.device)
-        key = (slice(None),) * ctx.dim + (index._array().reshape(-1),)
-        backend.scatter_add(out, key, g._array())
+        backend.index_add(out, ctx.dim, index._array().reshape(-1), g._array())
         return from_array(out), None, None
 
 

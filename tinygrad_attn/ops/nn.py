@@ -1,0 +1,187 @@
+"""The fused ops a transformer is made of: layer_norm, cross_entropy, dropout.
+
+Each is one graph node with its own backward, so it saves what that backward needs and
+nothing else (a chain of elementwise ops would keep every intermediate alive).
+"""
+
+from __future__ import annotations
+
+from .. import backend
+from ..autograd import Function
+from ..creation import default_generator
+from ..errors import ShapeError
+from ._util import Tensor, check_same_device, from_array
+
+
+class LayerNorm(Function):
+    """y = (x - mean) * rstd * weight + bias over the last len(normalized_shape) dims.
+
+    gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) with gh = g * weight;
+    gw = sum(g * xhat), gb = sum(g) over the leading dims.
+    Saves the normalized input xhat (x's size) and rstd (one value per row), plus the
+    weight: exactly the factors of that formula, so neither x nor the mean is kept.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, normalized_shape, eps=1e-5):
+        check_same_device("layer_norm", x, weight, bias)
+        n = len(normalized_shape)
+        if tuple(x.shape[x.ndim - n:]) != tuple(normalized_shape):
+            raise ShapeError(
+                f"layer_norm: input of shape {tuple(x.shape)} does not end with the "
+                f"normalized shape {tuple(normalized_shape)}"
+            )
+        for name, p in (("weight", weight), ("bias", bias)):
+            if p is not None and tuple(p.shape) != tuple(normalized_shape):
+                raise ShapeError(
+                    f"layer_norm: {name} of shape {tuple(p.shape)} must have the normalized "
+                    f"shape {tuple(normalized_shape)}"
+                )
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        axes = tuple(range(x.ndim - n, x.ndim))
+        mean = xp.mean(X, axis=axes, keepdims=True)
+        xhat = X - mean
+        var = xp.mean(xhat * xhat, axis=axes, keepdims=True)
+        rstd = 1.0 / xp.sqrt(var + eps)
+        xhat *= rstd
+        y = xhat * weight._array() if weight is not None else xhat.copy()
+        if bias is not None:
+            y += bias._array()
+        ctx.axes = axes
+        ctx.save_for_backward(from_array(xhat), from_array(rstd), weight)
+        return from_array(y)
+
+    @staticmethod
+    def backward(ctx, g):
+        xhat_t, rstd_t, weight = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        G, xhat, rstd = g._array(), xhat_t._array(), rstd_t._array()
+        lead = tuple(range(G.ndim - len(ctx.axes)))
+        _, nw, nb = ctx.needs_input_grad[:3]
+        gw = from_array(xp.sum(G * xhat, axis=lead)) if nw else None
+        gb = from_array(xp.sum(G, axis=lead)) if nb else None
+        gh = G * weight._array() if weight is not None else G
+        gx = None
+        if ctx.needs_input_grad[0]:
+            gx = gh - xp.mean(gh, axis=ctx.axes, keepdims=True)
+            gx -= xhat * xp.mean(gh * xhat, axis=ctx.axes, keepdims=True)
+            gx *= rstd
+            gx = from_array(gx)
+        return gx, gw, gb
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    return LayerNorm.apply(x, weight, bias, tuple(normalized_shape), eps=eps)
+
+
+class CrossEntropy(Function):
+    """loss = mean over rows of (logsumexp(logits) - logits[target]), computed stably.
+
+    g_logits = (softmax(logits) - onehot(target)) * g / count, built in one buffer.
+    Saves the logits and the per-row logsumexp (N values): the softmax is recomputed in
+    backward, so no log-softmax copy and no one-hot matrix is ever kept.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index=-100, reduction="mean"):
+        check_same_device("cross_entropy", logits, target)
+        if logits.ndim != 2 or target.ndim != 1 or target.shape[0] != logits.shape[0]:
+            raise ShapeError(
+                f"cross_entropy: expected logits (N, C) and target (N,), got "
+                f"{tuple(logits.shape)} and {tuple(target.shape)}"
+            )
+        if target.dtype.is_floating_point or target.dtype.name == "bool":
+            raise TypeError(f"cross_entropy: target must be integer, got {target.dtype.name}")
+        if reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"cross_entropy: unknown reduction {reduction!r}")
+        xp = backend.xp_for(logits.device)
+        X, T = logits._array(), target._array()
+        valid = T != ignore_index
+        safe_t = xp.where(valid, T, 0)
+        C = logits.shape[1]
+        if T.size and (int(safe_t.min()) < 0 or int(safe_t.max()) >= C):
+            raise IndexError(f"cross_entropy: target out of range for {C} classes")
+        m = xp.max(X, axis=1, keepdims=True)
+        lse = xp.log(xp.sum(xp.exp(X - m), axis=1, keepdims=True)) + m
+        picked = xp.take_along_axis(X, safe_t[:, None], axis=1)
+        losses = ((lse - picked)[:, 0] * valid).astype(X.dtype, copy=False)
+        count = int(valid.sum())
+        ctx.reduction, ctx.count = reduction, max(count, 1)
+        ctx.save_for_backward(logits, from_array(lse), target)
+        ctx.ignore_index = ignore_index
+        if reduction == "none":
+            return from_array(losses)
+        total = losses.sum()
+        return from_array(xp.asarray(total / ctx.count if reduction == "mean" else total))
+
+    @staticmethod
+    def backward(ctx, g):
+        logits, lse, target = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        X, T = logits._array(), target._array()
+        valid = T != ctx.ignore_index
+        grad = X - lse._array()
+        xp.exp(grad, out=grad)  # the softmax, in the one buffer the gradient needs
+        rows = xp.arange(X.shape[0])
+        grad[rows, xp.where(valid, T, 0)] -= 1
+        G = g._array()
+        if ctx.reduction == "none":
+            grad *= (G * valid)[:, None]
+        else:
+            scale = G / ctx.count if ctx.reduction == "mean" else G
+            grad *= valid[:, None] * scale
+        return from_array(grad), None
+
+
+def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
+    return CrossEntropy.apply(logits, target, ignore_index=ignore_index, reduction=reduction)
+
+
+class Dropout(Function):
+    """y = x * mask / (1 - p) with mask ~ Bernoulli(1 - p);  gx = g * mask / (1 - p).
+
+    Saves the mask as bool (1 byte per element), the least that determines the gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x, p, generator=None):
+        gen = generator or default_generator
+        keep = gen.uniform(x.shape, backend.float32, x.device) >= p
+        ctx.scale = 1.0 / (1.0 - p)
+        mask = from_array(keep)
+        ctx.save_for_backward(mask)
+        return from_array((x._array() * keep) * x.dtype.np.type(ctx.scale))
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        G = g._array()
+        return from_array((G * mask._array()) * G.dtype.type(ctx.scale))
+
+
+def dropout(x, p=0.5, training=True, generator=None):
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: probability must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    return Dropout.apply(x, p, generator=generator)
+
+
+def embedding(index: Tensor, weight: Tensor) -> Tensor:
+    """weight rows picked by index (any shape): (*index.shape, embedding_dim).
+
+    The backward is index_select's: a sort-and-sum scatter-add into the weight's shape.
+    """
+    if weight.ndim != 2:
+        raise ShapeError(f"embedding: weight must be 2-D, got shape {tuple(weight.shape)}")
+    flat = index.reshape(-1)
+    rows = weight.index_select(0, flat)
+    return rows.view(tuple(index.shape) + (weight.shape[1],))
+
+
+__all__ = ["layer_norm", "cross_entropy", "dropout", "embedding"]
