@@ -12,7 +12,7 @@ import tinygrad_attn as ta
 
 def esc(*parts) -> str:
     """A regex matching the parts in order, anything in between."""
-    return ".*".join(re.escape(str(p)) for p in parts)
+    return "(?s)" + ".*".join(re.escape(str(p)) for p in parts)
 
 
 def on_fake_cuda(t):

@@ -16,7 +16,7 @@ _ids = itertools.count(1)
 
 # Who is allocating right now: the op being run (set by autograd.Function.apply) and why a
 # copy is being made (set by the copying ops). The memory ledger reads these.
-current = {"op": None}
+current = {"op": None, "phase": "other", "scope": "", "category": None}
 
 # Cheap always-on accounting: bytes live per device and the high-water mark.
 live_bytes: dict[str, int] = {}
@@ -30,7 +30,7 @@ class Storage:
     """One flat allocation: buffer, device, dtype, nbytes, version counter."""
 
     __slots__ = ("buffer", "device", "dtype", "nbytes", "version", "id", "op", "copy_reason",
-                 "__weakref__")
+                 "phase", "scope", "category", "__weakref__")
 
     def __init__(self, buffer, device: str, dtype, copy_reason: str | None = None) -> None:
         self.buffer = buffer  # 1-D array (numpy or cupy) of the whole allocation
@@ -40,6 +40,9 @@ class Storage:
         self.version = 0
         self.id = next(_ids)
         self.op = current["op"]
+        self.phase = current["phase"]  # forward / backward / optimizer / other
+        self.scope = current["scope"]  # qualified module name, e.g. "transformer.h.3.attn"
+        self.category = current["category"]  # parameter, gradient, optimizer_state, ... or None
         self.copy_reason = copy_reason  # set when the bytes come from pure data movement
         live = live_bytes.get(device, 0) + self.nbytes
         live_bytes[device] = live
