@@ -91,6 +91,7 @@ class Node:
     _pre_hooks: dict | None = None
     _outputs_meta: tuple = ()
     input_shapes: tuple = ()
+    scope = ""  # the module scope the node was created in; its backward runs under it
 
     def __init__(self, fn=None):
         self.fn = fn
@@ -249,6 +250,7 @@ class Function:
             current["op"] = prev_op
         if record:
             ctx.seq = next(_seq)
+            ctx.scope = current["scope"]
             if ctx._saved:
                 _unlink_saved_outputs(ctx, out)
             if type(out) is Tensor:
@@ -368,8 +370,19 @@ def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None):
     """Propagate gradients from `roots` (tensors) seeded with `grad_roots`.
 
     With `capture` (a list of tensors) gradients are returned for those tensors, in order,
-    and no leaf's .grad is touched (this is autograd.grad).
+    and no leaf's .grad is touched (this is autograd.grad). Allocations made meanwhile are
+    labelled phase "backward".
     """
+    current = storage_mod.current
+    prev_phase = current["phase"]
+    current["phase"] = "backward"
+    try:
+        return _run_backward(roots, grad_roots, retain_graph, capture)
+    finally:
+        current["phase"] = prev_phase
+
+
+def _run_backward(roots, grad_roots, retain_graph, capture):
     edges = []
     for t in roots:
         if t.grad_fn is None and not t.requires_grad:
@@ -486,15 +499,15 @@ def _call_backward(node: Node, grads: list):
                 shape, dtype, device = node._outputs_meta[i]
                 grads[i] = from_array(_zeros_array(shape, dtype, device))
     current = storage_mod.current
-    prev_op = current["op"]
-    current["op"] = node.name
+    prev_op, prev_scope = current["op"], current["scope"]
+    current["op"], current["scope"] = node.name, node.scope
     prev_mode = GradMode.enabled
     GradMode.enabled = False
     try:
         results = fn.backward(node, *grads)
     finally:
         GradMode.enabled = prev_mode
-        current["op"] = prev_op
+        current["op"], current["scope"] = prev_op, prev_scope
     if not isinstance(results, tuple):
         results = (results,)
     n_args = len(node.next_functions)
@@ -526,6 +539,7 @@ def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool) -> None:
     if var.grad is None:
         if not owned or g.dtype != var.dtype:  # never alias another tensor's memory as .grad
             g = from_array(backend.copy(g._array(), var.dtype), "grad-accumulate")
+        g._storage.category = "gradient"
         var.grad = g
     else:
         _add_inplace(var.grad, g)
