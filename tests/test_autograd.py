@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import weakref
 
 import numpy as np
@@ -66,9 +67,32 @@ def test_saved_intermediate_storage_dies_after_backward():
     ref = weakref.ref(h.untyped_storage())
     del h
     assert ref() is not None   # kept alive only by LogBackward's saved tensors
-    out.backward()
-    assert ref() is None       # freed by refcount at backward, no gc needed
+    gc.disable()
+    try:
+        out.backward()
+        assert ref() is None   # freed by refcount at backward, no gc needed
+    finally:
+        gc.enable()
     np.testing.assert_allclose(x.grad.numpy(), 3.0 / (3.0 * np.array([1.0, 2.0, 3.0]) + 1.0))
+
+
+@pytest.mark.parametrize("op", ["softmax", "exp", "tanh"])
+def test_saved_output_storage_dies_after_backward(op):
+    # these ops save their own output; it must be freed by refcount alone (no cycle
+    # output -> node -> output), so the cyclic collector is switched off here
+    gc.disable()
+    try:
+        x = leaf(np.arange(6.0).reshape(2, 3) / 6.0)
+        s = getattr(x * 2.0, op)(-1) if op == "softmax" else getattr(x * 2.0, op)()
+        out = (s * 3.0).sum()  # mul by a Python scalar saves nothing
+        ref = weakref.ref(s.untyped_storage())
+        del s
+        assert ref() is not None
+        out.backward()
+        assert ref() is None
+        assert x.grad is not None
+    finally:
+        gc.enable()
 
 
 def test_retain_graph_keeps_saved_tensors():

@@ -129,7 +129,7 @@ def test_device_mismatch():
     assert c.device == "cuda:0" and a.device == "cpu"
     with pytest.raises(ta.DeviceMismatchError, match=esc("add", "(2, 3) on cpu", "cuda:0")):
         a + c
-    with pytest.raises(ta.DeviceMismatchError, match=esc("mul", "cpu", "cuda:0")):
+    with pytest.raises(ta.DeviceMismatchError, match=esc("mul", "cuda:0", "cpu")):
         c * a
     with pytest.raises(ta.DeviceMismatchError, match=esc("matmul", "(2, 3) on cpu", "(3, 4)",
                                                          "cuda:0")):

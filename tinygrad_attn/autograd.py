@@ -150,6 +150,9 @@ class Node:
         return sum(seen.values())
 
     def release(self) -> None:
+        if self._saved:
+            for obs in storage_mod.observers:
+                obs.on_release(self)
         self._saved = None
         self._released = True
 
@@ -240,19 +243,21 @@ class Function:
         else:
             ctx.needs_input_grad = (False,) * len(args)
         current = storage_mod.current
-        prev_op = current["op"]
-        current["op"] = cls.__name__
+        prev_op, prev_call = current["op"], current["call"]
+        current["op"], current["call"] = cls.__name__, id(ctx)
         GradMode.enabled = False
         try:
             out = cls.forward(ctx, *args, **kwargs)
         finally:
             GradMode.enabled = enabled
-            current["op"] = prev_op
+            current["op"], current["call"] = prev_op, prev_call
         if record:
             ctx.seq = next(_seq)
             ctx.scope = current["scope"]
             if ctx._saved:
                 _unlink_saved_outputs(ctx, out)
+                for obs in storage_mod.observers:
+                    obs.on_save(ctx)
             if type(out) is Tensor:
                 if out.dtype.is_floating_point:
                     out.requires_grad = True
@@ -334,26 +339,31 @@ class _Slot:
     def __init__(self, grad, owned: bool):
         self.grad, self.owned = grad, owned
 
-    def add(self, g, owned: bool) -> None:
+    def add(self, g, owned: bool) -> str:
+        """Take one more gradient; says 'first', 'in-place' or 'new-buffer'."""
         cur = self.grad
         if cur is None:
             self.grad, self.owned = g, owned
-            return
+            return "first"
+        how = "in-place"
         if type(cur) is SliceGrad:  # first real accumulation: one base-sized buffer
             cur = cur.materialize()
             self.grad, self.owned = cur, True
+            how = "new-buffer"
         if self.owned:
             if type(g) is SliceGrad:
                 g.add_into(cur)
             else:
                 _add_inplace(cur, g)
-            return
+            return how
+        # the pending gradient is shared (e.g. passed through an add): sum out of place once
         if type(g) is SliceGrad:
             buf = g.materialize()
             _add_inplace(buf, cur)
         else:
-            buf = from_array(cur._array() + g._array(), "grad-accumulate")
+            buf = from_array(cur._array() + g._array())
         self.grad, self.owned = buf, True
+        return "new-buffer"
 
 
 def _add_inplace(target: Tensor, g: Tensor) -> None:
@@ -479,7 +489,10 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
                 nxt_slots = slots.get(nxt)
                 if nxt_slots is None:
                     nxt_slots = slots[nxt] = _new_slots(nxt)
-                nxt_slots[nr].add(g, owned)
+                how = nxt_slots[nr].add(g, owned)
+                if how != "first":
+                    for obs in storage_mod.observers:
+                        obs.on_accumulate(nxt, nr, how, base.nbytes)
             deps[nxt] -= 1
             if deps[nxt] == 0:
                 heapq.heappush(heap, (-nxt.seq, nxt.seq, nxt))
@@ -499,15 +512,15 @@ def _call_backward(node: Node, grads: list):
                 shape, dtype, device = node._outputs_meta[i]
                 grads[i] = from_array(_zeros_array(shape, dtype, device))
     current = storage_mod.current
-    prev_op, prev_scope = current["op"], current["scope"]
-    current["op"], current["scope"] = node.name, node.scope
+    prev = current["op"], current["scope"], current["call"]
+    current["op"], current["scope"], current["call"] = node.name, node.scope, id(node)
     prev_mode = GradMode.enabled
     GradMode.enabled = False
     try:
         results = fn.backward(node, *grads)
     finally:
         GradMode.enabled = prev_mode
-        current["op"], current["scope"] = prev_op, prev_scope
+        current["op"], current["scope"], current["call"] = prev
     if not isinstance(results, tuple):
         results = (results,)
     n_args = len(node.next_functions)
@@ -538,7 +551,8 @@ def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool) -> None:
                 g, owned = new, False
     if var.grad is None:
         if not owned or g.dtype != var.dtype:  # never alias another tensor's memory as .grad
-            g = from_array(backend.copy(g._array(), var.dtype), "grad-accumulate")
+            reason = "broadcast-grad" if 0 in g._strides else "grad-clone"
+            g = from_array(backend.copy(g._array(), var.dtype), reason)
         g._storage.category = "gradient"
         var.grad = g
     else:

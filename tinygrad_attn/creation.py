@@ -188,6 +188,6 @@ def from_dlpack(obj) -> Tensor:
             f"{arr.strides}); make a copy first"
         )
     flat, strides, offset = span
-    storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr))
+    storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr), shape=arr.shape)
     return _make(storage, arr.shape, strides, offset)
 

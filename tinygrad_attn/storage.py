@@ -16,7 +16,13 @@ _ids = itertools.count(1)
 
 # Who is allocating right now: the op being run (set by autograd.Function.apply) and why a
 # copy is being made (set by the copying ops). The memory ledger reads these.
-current = {"op": None, "phase": "other", "scope": "", "category": None}
+current = {"op": None, "call": None, "phase": "other", "scope": "", "category": None}
+
+# An emulated device size (ta.memory.set_limit): an allocation past it raises
+# OutOfMemoryError. `oom_report` (installed by the memory module) describes what holds
+# memory at that moment.
+limit = {"bytes": None}
+oom_report = [None]
 
 # Cheap always-on accounting: bytes live per device and the high-water mark.
 live_bytes: dict[str, int] = {}
@@ -30,13 +36,20 @@ class Storage:
     """One flat allocation: buffer, device, dtype, nbytes, version counter."""
 
     __slots__ = ("buffer", "device", "dtype", "nbytes", "version", "id", "op", "copy_reason",
-                 "phase", "scope", "category", "__weakref__")
+                 "phase", "scope", "category", "call", "shape", "__weakref__")
 
-    def __init__(self, buffer, device: str, dtype, copy_reason: str | None = None) -> None:
+    def __init__(self, buffer, device: str, dtype, copy_reason: str | None = None,
+                 shape=None) -> None:
+        nbytes = buffer.nbytes
+        live = live_bytes.get(device, 0) + nbytes
+        cap = limit["bytes"]
+        if cap is not None and live > cap:
+            raise _out_of_memory(nbytes, device, dtype, shape, live - nbytes, cap)
         self.buffer = buffer  # 1-D array (numpy or cupy) of the whole allocation
         self.device = device
         self.dtype = dtype
-        self.nbytes = buffer.nbytes
+        self.nbytes = nbytes
+        self.shape = shape  # shape of the tensor that asked for it
         self.version = 0
         self.id = next(_ids)
         self.op = current["op"]
@@ -44,7 +57,7 @@ class Storage:
         self.scope = current["scope"]  # qualified module name, e.g. "transformer.h.3.attn"
         self.category = current["category"]  # parameter, gradient, optimizer_state, ... or None
         self.copy_reason = copy_reason  # set when the bytes come from pure data movement
-        live = live_bytes.get(device, 0) + self.nbytes
+        self.call = current["call"]  # which op invocation allocated it (id of its node)
         live_bytes[device] = live
         if live > peak_bytes.get(device, 0):
             peak_bytes[device] = live
@@ -72,6 +85,20 @@ class Storage:
         )
 
 
+def _out_of_memory(nbytes, device, dtype, shape, live, cap):
+    from .errors import OutOfMemoryError
+
+    what = f"{nbytes} bytes ({dtype.name}{list(shape) if shape is not None else ''})"
+    msg = (
+        f"out of memory on {device} (emulated limit {cap} bytes): {current['op'] or 'an op'} "
+        f"tried to allocate {what} with {live} bytes live in phase {current['phase']}"
+        + (f", scope {current['scope']}" if current["scope"] else "")
+    )
+    if oom_report[0] is not None:
+        msg += "\n" + oom_report[0](device)
+    return OutOfMemoryError(msg)
+
+
 def live(device: str = "cpu") -> int:
     return live_bytes.get(device, 0)
 
@@ -91,5 +118,6 @@ def wrap_array(arr, copy_reason: str | None = None):
             arr = backend.ascontiguous(arr)
             dense = backend.flat_buffer(arr)
         flat, strides, _ = dense
-    storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr), copy_reason)
-    return storage, arr.shape, strides, 0
+    shape = arr.shape
+    storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr), copy_reason, shape)
+    return storage, shape, strides, 0

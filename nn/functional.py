@@ -1,0 +1,55 @@
+"""nn.functional: the engine's functional ops under torch.nn.functional's names, plus linear."""
+
+from __future__ import annotations
+
+from tinygrad_attn.functional import (
+    cat,
+    clamp,
+    cross_entropy,
+    dropout,
+    embedding,
+    exp,
+    gather,
+    gelu,
+    index_select,
+    layer_norm,
+    log,
+    log_softmax,
+    logsumexp,
+    masked_fill,
+    matmul,
+    maximum,
+    minimum,
+    relu,
+    rsqrt,
+    sigmoid,
+    silu,
+    softmax,
+    sqrt,
+    stack,
+    tanh,
+    tril,
+    triu,
+    where,
+)
+
+
+def linear(x, weight, bias=None):
+    """x @ weight^T + bias, weight laid out (out_features, in_features) as in PyTorch.
+
+    weight.mT is a strided view, so no transposed copy of the weight is made. The bias is
+    added in place into the fresh matmul output (matmul saves its inputs, not its output),
+    so the layer allocates one output, not two.
+    """
+    y = x @ weight.mT
+    if bias is None:
+        return y
+    return y.add_(bias) if x.ndim > 1 else y + bias  # a 1-D x gives a squeezed view
+
+
+__all__ = [
+    "cat", "clamp", "cross_entropy", "dropout", "embedding", "exp", "gather", "gelu",
+    "index_select", "layer_norm", "linear", "log", "log_softmax", "logsumexp", "masked_fill",
+    "matmul", "maximum", "minimum", "relu", "rsqrt", "sigmoid", "silu", "softmax", "sqrt",
+    "stack", "tanh", "tril", "triu", "where",
+]

@@ -1,0 +1,471 @@
+"""Module: a tree of parameters, buffers and submodules (torch.nn.Module's shape).
+
+A parameter is a plain leaf `ta.Tensor` (the engine checks `type(x) is Tensor`, so there
+is no Parameter subclass): `Parameter(t)` makes it require grad and tags its Storage as
+"parameter" for the memory ledger. Assigning such a tensor to a module attribute registers
+it; assigning a Module registers a submodule. Weight tying is assigning the same tensor
+to two modules: it is one Storage, one gradient, and `parameters()` lists it once.
+
+Calling a module runs `forward` inside `ta.memory.scope(name)`, where name is its dotted
+path from the module the call started at ("transformer.h.3.attn"; that root's name is
+""), so every byte allocated in forward (and, through the graph nodes, in backward) is
+attributed to the module that asked for it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict, namedtuple
+
+import tinygrad_attn as ta
+
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def Parameter(data: ta.Tensor, requires_grad: bool = True) -> ta.Tensor:  # noqa: N802
+    """A trainable leaf over data's memory, tagged "parameter" for the memory ledger."""
+    if type(data) is not ta.Tensor:
+        raise TypeError(f"Parameter: expected a ta.Tensor, got {type(data).__name__}")
+    t = data.detach()
+    t.requires_grad_(requires_grad)
+    ta.memory.tag(t, "parameter")
+    return t
+
+
+def is_parameter(value) -> bool:
+    """A leaf tensor that requires grad, or one made by Parameter(..., requires_grad=False)."""
+    return type(value) is ta.Tensor and value.is_leaf and (
+        value.requires_grad or value.untyped_storage().category == "parameter"
+    )
+
+
+# Module names for memory scopes are computed from the root of a call and cached on each
+# submodule; any change to any module tree bumps this counter and so invalidates them.
+_structure_version = 0
+_call_stack: list = []  # the modules whose forward is running, outermost first
+
+
+def _tree_changed() -> None:
+    global _structure_version
+    _structure_version += 1
+
+
+class Module:
+    """Base class of every layer: subclasses set attributes in __init__ and define forward."""
+
+    def __init__(self) -> None:
+        d = self.__dict__
+        d["_parameters"] = OrderedDict()
+        d["_buffers"] = OrderedDict()
+        d["_non_persistent"] = set()
+        d["_modules"] = OrderedDict()
+        d["training"] = True
+
+    def forward(self, *args, **kwargs):  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+
+    # ------------------------------------------------------------------ registration
+    def __setattr__(self, name: str, value) -> None:
+        d = self.__dict__
+        if "_parameters" not in d and isinstance(value, (ta.Tensor, Module)):
+            raise AttributeError(
+                f"cannot assign {name!r} before Module.__init__() is called; call "
+                "super().__init__() first in the subclass's __init__"
+            )
+        if isinstance(value, Module):
+            self._forget(name)
+            d["_modules"][name] = value
+            _tree_changed()
+        elif is_parameter(value) or (value is None and name in d.get("_parameters", ())):
+            self._forget(name)
+            d["_parameters"][name] = value
+        elif name in d.get("_buffers", ()) and (value is None or type(value) is ta.Tensor):
+            d["_buffers"][name] = value
+        elif name in d.get("_modules", ()) and value is None:
+            d["_modules"][name] = None
+            _tree_changed()
+        else:
+            self._forget(name)
+            object.__setattr__(self, name, value)
+
+    def _forget(self, name: str) -> None:
+        d = self.__dict__
+        for table in ("_parameters", "_buffers", "_modules"):
+            if name in d.get(table, ()):
+                del d[table][name]
+                if table == "_modules":
+                    _tree_changed()
+        d.get("_non_persistent", set()).discard(name)
+        d.pop(name, None)
+
+    def __getattr__(self, name: str):
+        # only called when normal lookup fails: look in the registries
+        d = self.__dict__
+        for table in ("_parameters", "_buffers", "_modules"):
+            if table in d and name in d[table]:
+                return d[table][name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        d = self.__dict__
+        if not any(name in d[t] for t in ("_parameters", "_buffers", "_modules")):
+            object.__delattr__(self, name)
+        self._forget(name)
+
+    def register_parameter(self, name: str, param: ta.Tensor | None) -> None:
+        if param is not None and not is_parameter(param):
+            raise TypeError(
+                f"register_parameter({name!r}): expected a leaf tensor that requires grad "
+                "(use nn.Parameter(tensor)) or None"
+            )
+        self._forget(name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: ta.Tensor | None,
+                        persistent: bool = True) -> None:
+        """A tensor that is state but not a parameter (moved by to(); in state_dict only
+        if persistent)."""
+        if tensor is not None and type(tensor) is not ta.Tensor:
+            raise TypeError(f"register_buffer({name!r}): expected a ta.Tensor or None")
+        self._forget(name)
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent.add(name)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module({name!r}): {type(module).__name__} is not a Module")
+        self._forget(name)
+        self._modules[name] = module
+        _tree_changed()
+
+    register_module = add_module
+
+    # ------------------------------------------------------------------ traversal
+    def named_modules(self, prefix: str = "", memo: set | None = None):
+        """(dotted name, module) for this module and every descendant, each once."""
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        seen = set()
+        for name, child in self._modules.items():
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, table: str, remove_duplicate: bool):
+        seen = set()
+        for prefix, module in self.named_modules():
+            for name, t in getattr(module, table).items():
+                if t is None or (remove_duplicate and id(t) in seen):
+                    continue
+                seen.add(id(t))
+                yield (f"{prefix}.{name}" if prefix else name), t
+
+    def named_parameters(self, remove_duplicate: bool = True):
+        """(name, parameter) pairs; a tied parameter appears once, under its first name."""
+        yield from self._named_members("_parameters", remove_duplicate)
+
+    def parameters(self):
+        for _, p in self.named_parameters():
+            yield p
+
+    def named_buffers(self, remove_duplicate: bool = True):
+        yield from self._named_members("_buffers", remove_duplicate)
+
+    def buffers(self):
+        for _, b in self.named_buffers():
+            yield b
+
+    def apply(self, fn):
+        """fn(module) for every descendant, then for self (as torch: children first)."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self, keep_vars: bool = False) -> OrderedDict:
+        """name -> tensor for every parameter and persistent buffer, tied ones under each
+        of their names (as torch). Tensors are detached views of the live memory unless
+        keep_vars."""
+        out = OrderedDict()
+        for prefix, module in self.named_modules():
+            dot = f"{prefix}." if prefix else ""
+            for name, p in module._parameters.items():
+                if p is not None:
+                    out[dot + name] = p if keep_vars else p.detach()
+            for name, b in module._buffers.items():
+                if b is not None and name not in module._non_persistent:
+                    out[dot + name] = b if keep_vars else b.detach()
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
+        """Copy values into the parameters and buffers in place (ties stay tied).
+
+        Every key is checked before anything is written: a shape mismatch always raises,
+        and with strict=True so do missing and unexpected keys. Values may be ta.Tensors
+        or anything ta.tensor accepts (NumPy arrays); they are cast to each target's dtype
+        and device.
+        """
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        problems = []
+        if strict and missing:
+            problems.append("missing keys: " + ", ".join(missing))
+        if strict and unexpected:
+            problems.append("unexpected keys: " + ", ".join(unexpected))
+        sources = {}
+        for key, target in own.items():
+            if key not in state_dict:
+                continue
+            value = state_dict[key]
+            if type(value) is not ta.Tensor:
+                value = ta.tensor(value)
+            if tuple(value.shape) != tuple(target.shape):
+                problems.append(
+                    f"size mismatch for {key}: the checkpoint has shape {tuple(value.shape)}, "
+                    f"the model has {tuple(target.shape)}"
+                )
+            sources[key] = value
+        if problems:
+            raise RuntimeError(
+                f"load_state_dict into {type(self).__name__}: " + "; ".join(problems)
+            )
+        with ta.no_grad():
+            for key, value in sources.items():
+                target = own[key]
+                own[key].copy_(value.to(target.device))
+        return IncompatibleKeys(missing, unexpected)
+
+    # ------------------------------------------------------------------ modes and moves
+    def train(self, mode: bool = True) -> Module:
+        for m in self.modules():
+            m.__dict__["training"] = mode
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                with ta.no_grad():
+                    p.grad.zero_()
+
+    def to(self, *args, **kwargs) -> Module:
+        """Move (and/or cast, for floating point tensors) every parameter and buffer, in
+        place in this tree: model.to("cuda"), model.to(ta.float64). Tied tensors stay
+        tied; gradients move with their parameters."""
+        moved = {}  # id(old tensor) -> new tensor, so a tied tensor is moved once
+
+        def convert(t: ta.Tensor) -> ta.Tensor:
+            if t.is_floating_point():
+                return t.to(*args, **kwargs)
+            device = kwargs.get("device")
+            for a in args:  # integer and bool tensors change device, never dtype
+                if isinstance(a, str):
+                    device = a
+                elif type(a) is ta.Tensor:
+                    device = a.device
+            return t if device is None else t.to(device)
+
+        with ta.no_grad():
+            for module in self.modules():
+                for table in ("_parameters", "_buffers"):
+                    for name, t in getattr(module, table).items():
+                        if t is None:
+                            continue
+                        if id(t) not in moved:
+                            new = convert(t)
+                            if new is not t and table == "_parameters":
+                                grad = t.grad
+                                new = Parameter(new, t.requires_grad)
+                                if grad is not None:
+                                    new.grad = convert(grad)
+                            moved[id(t)] = new
+                        getattr(module, table)[name] = moved[id(t)]
+        return self
+
+    def double(self) -> Module:
+        return self.to(ta.float64)
+
+    def float(self) -> Module:
+        return self.to(ta.float32)
+
+    def cpu(self) -> Module:
+        return self.to("cpu")
+
+    def cuda(self, device=None) -> Module:
+        return self.to("cuda" if device is None else f"cuda:{int(device)}")
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args, **kwargs):
+        _call_stack.append(self)
+        try:
+            with ta.memory.scope(self._scope_name()):
+                return self.forward(*args, **kwargs)
+        finally:
+            _call_stack.pop()
+
+    def _scope_name(self) -> str:
+        """This module's dotted name from the root of the running call (cached)."""
+        root = _call_stack[0]
+        d = self.__dict__
+        owner = d.get("_scope_owner")
+        if (owner is not None and owner() is root
+                and d.get("_scope_version") == _structure_version):
+            return d["_scope_name"]
+        ref = weakref.ref(root)
+        for name, m in root.named_modules():
+            md = m.__dict__
+            md["_scope_name"], md["_scope_owner"] = name, ref
+            md["_scope_version"] = _structure_version
+        if d.get("_scope_owner") is ref:
+            return d["_scope_name"]
+        # called from a forward but not registered in the tree (e.g. kept in a plain list)
+        parent = _call_stack[-2].__dict__.get("_scope_name", "")
+        return f"{parent}.{type(self).__name__}" if parent else type(self).__name__
+
+    # ------------------------------------------------------------------ printing
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = []
+        for name, child in self._modules.items():
+            body = repr(child).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {body}")
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        if not lines:
+            return head + ")"
+        return head + "\n" + "\n".join(lines) + "\n)"
+
+
+class Sequential(Module):
+    """Modules applied one after another: Sequential(Linear(4, 8), ReLU(), Linear(8, 2))."""
+
+    def __init__(self, *modules: Module) -> None:
+        super().__init__()
+        for i, m in enumerate(modules):
+            self.add_module(str(i), m)
+
+    def __getitem__(self, i):
+        items = list(self._modules.values())
+        if isinstance(i, slice):
+            return Sequential(*items[i])
+        return items[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+class ModuleList(Module):
+    """A list of submodules, registered under "0", "1", ... (transformer.h.0, ...)."""
+
+    def __init__(self, modules=()) -> None:
+        super().__init__()
+        self.extend(modules)
+
+    def _key(self, i: int) -> str:
+        n = len(self._modules)
+        if not -n <= i < n:
+            raise IndexError(f"ModuleList index {i} out of range for length {n}")
+        return str(i % n)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return ModuleList(list(self._modules.values())[i])
+        return self._modules[self._key(i)]
+
+    def __setitem__(self, i: int, module: Module) -> None:
+        self.add_module(self._key(i), module)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> ModuleList:
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules) -> ModuleList:
+        for m in modules:
+            self.append(m)
+        return self
+
+
+class ModuleDict(Module):
+    """A dict of submodules, registered under their keys (transformer.wte, ...)."""
+
+    def __init__(self, modules=None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        self.add_module(key, module)
+
+    def __delitem__(self, key: str) -> None:
+        self._forget(key)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._modules
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def update(self, modules) -> None:
+        items = modules.items() if hasattr(modules, "items") else modules
+        for key, m in items:
+            self.add_module(key, m)
