@@ -92,6 +92,7 @@ class Node:
     _outputs_meta: tuple = ()
     input_shapes: tuple = ()
     scope = ""  # the module scope the node was created in; its backward runs under it
+    _retained: dict | None = None  # output_nr -> weakref of a tensor that retains its grad
 
     def __init__(self, fn=None):
         self.fn = fn
@@ -152,7 +153,8 @@ class Node:
     def release(self) -> None:
         if self._saved:
             for obs in storage_mod.observers:
-                obs.on_release(self)
+                if hasattr(obs, "on_release"):
+                    obs.on_release(self)
         self._saved = None
         self._released = True
 
@@ -257,7 +259,8 @@ class Function:
             if ctx._saved:
                 _unlink_saved_outputs(ctx, out)
                 for obs in storage_mod.observers:
-                    obs.on_save(ctx)
+                    if hasattr(obs, "on_save"):
+                        obs.on_save(ctx)
             if type(out) is Tensor:
                 if out.dtype.is_floating_point:
                     out.requires_grad = True
@@ -285,11 +288,11 @@ def _unlink_saved_outputs(ctx: Node, out) -> None:
 
 
 def _input_edge(t: Tensor, fn) -> tuple:
-    if t._base is not None and t._storage.version != t._view_version:
+    if t._base is not None and t._storage.history_version > t._view_version:
         raise RuntimeError(
             f"{fn.__name__}: input of shape {tuple(t.shape)} is a view whose base was modified "
-            "in place after the view was taken, so its recorded history is stale; take the "
-            "view again after the in-place op."
+            "in place (with autograd recording) after the view was taken, so the view's "
+            "recorded history is stale; take the view again after the in-place op."
         )
     if t.grad_fn is not None:
         return (t.grad_fn, t._output_nr)
@@ -449,23 +452,37 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
     while heap:
         _, _, node = heapq.heappop(heap)
         node_slots = slots.pop(node, None) or _new_slots(node)
-        grads = [_materialize(s.grad) for s in node_slots]
+        grads, owned = [], []
+        for slot in node_slots:
+            g = slot.grad
+            if type(g) is SliceGrad:
+                grads.append(g.materialize())
+                owned.append(True)
+            else:
+                grads.append(g)
+                owned.append(slot.owned)
         if node._pre_hooks:
-            for nr, hooks in node._pre_hooks.items():
-                for hook in hooks:
-                    if grads[nr] is not None:
-                        new = hook(grads[nr])
-                        if new is not None:
-                            grads[nr] = new
+            _run_hooks(node._pre_hooks, grads, owned)
+        if isinstance(node, AccumulateGrad):
+            var = node.variable
+            g = grads[0]
+            if g is not None and var._hooks:
+                _run_hooks({0: var._hooks}, grads, owned)
+                g = grads[0]
+            for i in capture_at.get((node, 0), ()):
+                captured[i] = g
+            if capture is None and g is not None:
+                _accumulate_leaf(var, g, owned[0])
+            continue
         if capture_at:
             for nr, g in enumerate(grads):
                 for i in capture_at.get((node, nr), ()):
                     captured[i] = g
-
-        if isinstance(node, AccumulateGrad):
-            if capture is None and grads[0] is not None:
-                _accumulate_leaf(node.variable, grads[0], node_slots[0].owned)
-            continue
+        if node._retained:
+            for nr, ref in node._retained.items():
+                t = ref()
+                if t is not None and grads[nr] is not None:
+                    t.grad = grads[nr] if t.grad is None else t.grad + grads[nr]
 
         if all(g is None for g in grads):
             results = (None,) * len(node.next_functions)
@@ -474,8 +491,15 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
         if not retain_graph:
             node.release()
 
+        # A returned gradient the engine may later add into in place must be a fresh,
+        # contiguous buffer that nothing else holds: not one of the incoming gradients
+        # (or a view of one), and not returned for two inputs at once.
         incoming = {id(g._storage) for g in grads if g is not None}
-        seen_out: set = set()
+        returned: dict = {}
+        for g in results:
+            if g is not None:
+                sid = id((g.grad if type(g) is SliceGrad else g)._storage)
+                returned[sid] = returned.get(sid, 0) + 1
         for edge, g in zip(node.next_functions, results):
             if edge is None:
                 continue
@@ -483,20 +507,29 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
             if g is not None:
                 base = g.grad if type(g) is SliceGrad else g
                 sid = id(base._storage)
-                # a fresh, contiguous buffer nobody else holds may be added into in place
-                owned = sid not in incoming and sid not in seen_out and base.is_contiguous()
-                seen_out.add(sid)
+                is_owned = sid not in incoming and returned[sid] == 1 and base.is_contiguous()
                 nxt_slots = slots.get(nxt)
                 if nxt_slots is None:
                     nxt_slots = slots[nxt] = _new_slots(nxt)
-                how = nxt_slots[nr].add(g, owned)
+                how = nxt_slots[nr].add(g, is_owned)
                 if how != "first":
                     for obs in storage_mod.observers:
-                        obs.on_accumulate(nxt, nr, how, base.nbytes)
+                        if hasattr(obs, "on_accumulate"):
+                            obs.on_accumulate(nxt, nr, how, base.nbytes)
             deps[nxt] -= 1
             if deps[nxt] == 0:
                 heapq.heappush(heap, (-nxt.seq, nxt.seq, nxt))
     return captured
+
+
+def _run_hooks(hooks_by_output: dict, grads: list, owned: list) -> None:
+    """Tensor hooks: each may return a replacement gradient (which the engine never owns)."""
+    for nr, hooks in hooks_by_output.items():
+        for hook in hooks:
+            if grads[nr] is not None:
+                new = hook(grads[nr])
+                if new is not None:
+                    grads[nr], owned[nr] = new, False
 
 
 def _new_slots(node) -> list:
@@ -544,11 +577,6 @@ def _call_backward(node: Node, grads: list):
 
 
 def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool) -> None:
-    if var._hooks:
-        for hook in var._hooks:
-            new = hook(g)
-            if new is not None:
-                g, owned = new, False
     if var.grad is None:
         if not owned or g.dtype != var.dtype:  # never alias another tensor's memory as .grad
             reason = "broadcast-grad" if 0 in g._strides else "grad-clone"

@@ -100,9 +100,13 @@ def parse_bytes(size) -> int:
              "tb": 1000**4, "tib": 1024**4}
     num = text.rstrip("aAbBgGiIkKmMtT")
     unit = text[len(num):].lower()
-    if unit not in units or not num:
+    try:
+        value = float(num)
+    except ValueError:
+        value = None
+    if unit not in units or value is None:
         raise ValueError(f"cannot parse a size from {size!r} (try '6GiB' or '512MB')")
-    return int(float(num) * units[unit])
+    return int(value * units[unit])
 
 
 def fmt_bytes(n: float) -> str:

@@ -30,6 +30,8 @@ def contiguous_strides(shape: Shape) -> Strides:
 
 
 def is_contiguous(shape: Shape, strides: Strides) -> bool:
+    if 0 in shape:  # no elements: any strides describe it
+        return True
     acc = 1
     for size, stride in zip(reversed(shape), reversed(strides)):
         if size != 1 and stride != acc:
@@ -38,14 +40,17 @@ def is_contiguous(shape: Shape, strides: Strides) -> bool:
     return True
 
 
-def normalize_dim(dim: int, ndim: int, op: str) -> int:
+def normalize_dim(dim: int, ndim: int, op: str, tensor_ndim: int | None = None) -> int:
+    """dim in [-ndim, ndim) as a non-negative index; `tensor_ndim` is what the message
+    reports as the tensor's dims when ndim counts a new dim (unsqueeze, stack)."""
     if not isinstance(dim, int):
         raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
     lo, hi = -max(ndim, 1), max(ndim, 1) - 1
     if not lo <= dim <= hi:
+        shown = ndim if tensor_ndim is None else tensor_ndim
         raise IndexError(
             f"{op}: dimension out of range (expected to be in range of [{lo}, {hi}], "
-            f"but got {dim}) for a tensor of {ndim} dims"
+            f"but got {dim}) for a tensor of {shown} dims"
         )
     return dim + max(ndim, 1) if dim < 0 else dim
 

@@ -28,7 +28,10 @@ oom_report = [None]
 live_bytes: dict[str, int] = {}
 peak_bytes: dict[str, int] = {}
 
-# Observers get on_alloc(storage) and on_free(storage); the memory ledger registers here.
+# Observers get on_alloc(storage) and on_free(storage); if they define them, also
+# on_save(node), on_release(node) (saved tensors kept / freed by a graph node) and
+# on_accumulate(node, output_nr, how, nbytes) (a gradient summed in backward). The memory
+# ledger registers here.
 observers: list = []
 
 
@@ -36,7 +39,8 @@ class Storage:
     """One flat allocation: buffer, device, dtype, nbytes, version counter."""
 
     __slots__ = ("buffer", "device", "dtype", "nbytes", "version", "id", "op", "copy_reason",
-                 "phase", "scope", "category", "call", "shape", "__weakref__")
+                 "phase", "scope", "category", "call", "shape", "history_version",
+                 "__weakref__")
 
     def __init__(self, buffer, device: str, dtype, copy_reason: str | None = None,
                  shape=None) -> None:
@@ -51,6 +55,7 @@ class Storage:
         self.nbytes = nbytes
         self.shape = shape  # shape of the tensor that asked for it
         self.version = 0
+        self.history_version = 0  # version at the last in-place op that rewrote history
         self.id = next(_ids)
         self.op = current["op"]
         self.phase = current["phase"]  # forward / backward / optimizer / other

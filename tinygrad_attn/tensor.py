@@ -260,20 +260,16 @@ class Tensor:
         return _HookHandle(self._hooks, hook)
 
     def retain_grad(self) -> None:
-        """Keep .grad for this non-leaf tensor after backward."""
+        """Keep .grad for this non-leaf tensor after backward (taken after its hooks)."""
         if self.grad_fn is None or self._retains_grad:
             return
-        self._retains_grad = True
         import weakref
 
-        ref = weakref.ref(self)
-
-        def keep(g):
-            t = ref()
-            if t is not None:
-                t.grad = g if t.grad is None else t.grad + g
-
-        self.grad_fn.register_prehook(self._output_nr, keep)
+        self._retains_grad = True
+        node = self.grad_fn
+        if node._retained is None:
+            node._retained = {}
+        node._retained[self._output_nr] = weakref.ref(self)
 
     # ------------------------------------------------------------------ arithmetic
     def __add__(self, other): return _ops.add(self, other)

@@ -110,7 +110,7 @@ def stack(tensors, dim=0):
     shapes = {tuple(t.shape) for t in tensors}
     if len(shapes) != 1:
         raise ShapeError(f"stack: all tensors must have the same shape, got {sorted(shapes)}")
-    d = shp.normalize_dim(dim, tensors[0].ndim + 1, "stack")
+    d = shp.normalize_dim(dim, tensors[0].ndim + 1, "stack", tensor_ndim=tensors[0].ndim)
     return Cat.apply(*[t.unsqueeze(d) for t in tensors], dim=d)
 
 
@@ -158,14 +158,15 @@ def where(cond, a, b):
 
 
 class MaskedFill(Function):
-    """y = x with `value` where mask is True;  gx = g with zeros where mask is True.
+    """y = x with `value` where mask is True;  gx = g with zeros where mask is True,
+    g_value = sum of g where mask is True (when value is a 0-d tensor).
 
     Saves the mask (bool), not x.
     """
 
     @staticmethod
     def forward(ctx, x, mask, value):
-        check_same_device("masked_fill", x, mask)
+        check_same_device("masked_fill", x, mask, value)
         if mask.dtype.name != "bool":
             raise TypeError(f"masked_fill: mask must be a bool tensor, got {mask.dtype.name}")
         if shp.broadcast_shapes(x.shape, mask.shape, op="masked_fill") != x.shape:
@@ -173,6 +174,8 @@ class MaskedFill(Function):
                 f"masked_fill: mask of shape {tuple(mask.shape)} does not broadcast to the "
                 f"input's shape {tuple(x.shape)}"
             )
+        if type(value) is Tensor and value.ndim != 0:
+            raise ShapeError(f"masked_fill: value must be a 0-d tensor, got shape {value.shape}")
         xp = backend.xp_for(x.device)
         V = value._array() if type(value) is Tensor else value
         ctx.save_for_backward(mask)
@@ -182,14 +185,14 @@ class MaskedFill(Function):
     def backward(ctx, g):
         (mask,) = ctx.saved_tensors
         xp = backend.xp_for(g.device)
-        return from_array(xp.where(mask._array(), 0, g._array()).astype(g.dtype.np)), None, None
+        M, G = mask._array(), g._array()
+        nx, _, nv = ctx.needs_input_grad
+        gx = from_array(xp.where(M, 0, G).astype(G.dtype)) if nx else None
+        gv = from_array(xp.asarray(xp.where(M, G, 0).sum())) if nv else None
+        return gx, None, gv
 
 
 def masked_fill(x, mask, value):
-    if type(value) is Tensor:
-        if value.ndim != 0:
-            raise ShapeError(f"masked_fill: value must be a 0-d tensor, got shape {value.shape}")
-        value = value.item()
     return MaskedFill.apply(x, mask, value)
 
 

@@ -69,11 +69,13 @@ class MulInplace(Function):
         old = None
         if ctx.needs_input_grad[1]:
             old = from_array(backend.copy(X), "inplace-save")
-        backend.xp_for(x.device).multiply(X, O, out=X, casting="unsafe")
-        _bump(x)
         ctx.scalar = None if type(other) is Tensor else other
         ctx.other_shape = getattr(other, "shape", ())
+        # saved before the write: if `other` views x's memory (x.mul_(x)), backward will
+        # see its version moved and refuse, instead of using the overwritten values
         ctx.save_for_backward(other if type(other) is Tensor else None, old)
+        backend.xp_for(x.device).multiply(X, O, out=X, casting="unsafe")
+        _bump(x)
         return x
 
     @staticmethod
@@ -93,6 +95,11 @@ class DivInplace(Function):
     @staticmethod
     def forward(ctx, x, other):
         X, O = x._array(), _value(other, x.dtype)
+        if type(other) is Tensor and other._storage is x._storage and ctx.needs_input_grad[1]:
+            raise RuntimeError(
+                f"div_: the divisor (shape {tuple(other.shape)}) shares memory with the "
+                "tensor being divided in place and needs a gradient; use x / y instead"
+            )
         backend.xp_for(x.device).true_divide(X, O, out=X, casting="unsafe")
         _bump(x)
         ctx.scalar = None if type(other) is Tensor else other
@@ -234,7 +241,7 @@ class SetItem(Function):
         if nv:
             part = backend.copy(G[ctx.index])
             gv = unbroadcast(from_array(part), ctx.value_shape)
-        return gx, gv, None
+        return gx, gv
 
 
 _KINDS = {"add": AddInplace, "mul": MulInplace, "div": DivInplace, "fill": FillInplace,
@@ -268,8 +275,17 @@ def inplace(x: Tensor, kind: str, *args):
         raise TypeError(f"copy_: src must be a Tensor, got {type(args[0]).__name__}")
     fn = _KINDS[kind]
     if kind == "add":
-        return fn.apply(x, args[0], alpha=args[1])
-    return fn.apply(x, *args)
+        out = fn.apply(x, args[0], alpha=args[1])
+    else:
+        out = fn.apply(x, *args)
+    _mark_history(x)
+    return out
+
+
+def _mark_history(x: Tensor) -> None:
+    """After a recorded in-place op, views taken earlier have stale history."""
+    if x.grad_fn is not None and GradMode.enabled:
+        x._storage.history_version = x._storage.version
 
 
 def setitem(x: Tensor, index, value) -> None:
@@ -282,3 +298,4 @@ def setitem(x: Tensor, index, value) -> None:
     if type(value) is not Tensor and not isinstance(value, (int, float, bool)):
         value = Tensor(value, dtype=x.dtype, device=x.device)
     SetItem.apply(x, value, index=np_index)
+    _mark_history(x)

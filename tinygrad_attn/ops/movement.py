@@ -197,7 +197,7 @@ class Unsqueeze(Function):
 
     @staticmethod
     def forward(ctx, x, dim):
-        d = shp.normalize_dim(dim, x.ndim + 1, "unsqueeze")
+        d = shp.normalize_dim(dim, x.ndim + 1, "unsqueeze", tensor_ndim=x.ndim)
         ctx.dim = d
         shape, strides = list(x.shape), list(x._strides)
         stride = strides[d] * shape[d] if d < x.ndim else 1

@@ -74,7 +74,7 @@ class Var(Function):
         axes = _axes(x, dim, "var")
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         n = shp.numel(tuple(x.shape[a] for a in axes))
-        ctx.denom = max(n - correction, 0)
+        ctx.denom = n - correction if n > correction else 0  # (max is this module's op)
         ctx.save_for_backward(x)
         xp = backend.xp_for(x.device)
         return from_array(xp.var(x._array(), axis=axes, keepdims=keepdim, ddof=correction))
@@ -197,7 +197,13 @@ class Matmul(Function):
                 f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied "
                 f"(inner sizes {a.shape[-1]} and {b.shape[-2]} differ)"
             )
-        shp.broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul (batch dims)")
+        try:
+            shp.broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
+        except ShapeError:
+            raise ShapeError(
+                f"matmul: batch dims of shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
+                f"broadcast together ({tuple(a.shape[:-2])} vs {tuple(b.shape[:-2])})"
+            ) from None
         ctx.shapes = (a.shape, b.shape)
         na, nb = ctx.needs_input_grad
         ctx.save_for_backward(a if nb else None, b if na else None)
@@ -247,6 +253,12 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(
             f"matmul: both arguments need at least 1 dim, got shapes {a.shape} and {b.shape}"
+        )
+    inner_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if a.shape[-1] != inner_b:
+        raise ShapeError(
+            f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied "
+            f"(inner sizes {a.shape[-1]} and {inner_b} differ)"
         )
     squeeze = []
     if a.ndim == 1:

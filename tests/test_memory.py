@@ -1,0 +1,249 @@
+"""The memory ledger: exact bytes, categories, copies, frees, the limit, the report."""
+
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+from tinygrad_attn import memory
+
+
+def test_scripted_sequence_is_exact_to_the_byte():
+    ta.manual_seed(0)
+    start = memory.live_bytes()
+    with memory.profile(source_lines=True) as prof:
+        a = ta.zeros(100, 50)                      # +20000
+        v = a.transpose(0, 1)[::2]                 # a view: +0
+        assert memory.live_bytes() - start == 20000
+        c = v.contiguous()                         # a copy of 25 x 100 floats: +10000
+        line = c_line = _line_of("c = v.contiguous()")
+        b = ta.ones(10, 10, dtype=ta.float64)      # +800
+        del a, v                                   # a's storage freed: -20000
+        d = c * 2                                  # +10000
+        del c, b                                   # -10800
+        assert memory.live_bytes() - start == 10000
+    s = prof.summary()
+    assert s["tensor_peak_above_start"] == 20000 + 10000 + 800
+    assert prof.peak_bytes == start + 30800
+    assert s["end_bytes"] - s["baseline_bytes"] == 10000
+    copies = s["copies"]
+    assert len(copies) == 1
+    assert copies[0]["reason"] == "contiguous" and copies[0]["bytes"] == 10000
+    assert copies[0]["shape"] == [25, 100]
+    assert copies[0]["source"] == f"test_memory.py:{c_line}"
+    del d
+    assert line == c_line
+
+
+def _line_of(text: str) -> int:
+    src = open(__file__).read().splitlines()
+    return next(i + 1 for i, s in enumerate(src) if text in s and "_line_of" not in s)
+
+
+def test_views_add_zero_bytes():
+    x = ta.randn(4, 6, 8)
+    before = memory.live_bytes()
+    views = [x.transpose(0, 2), x[1:, ::2], x.view(24, 8), *x.split(3, dim=1), x.unsqueeze(0),
+             x.expand(2, 4, 6, 8), x.permute(2, 0, 1), x.flatten(), x.narrow(2, 1, 3)]
+    assert memory.live_bytes() == before
+    assert all(v.shares_storage(x) for v in views)
+
+
+def test_backward_frees_saved_tensors_and_retain_graph_keeps_them():
+    x = ta.randn(16, 16, requires_grad=True)
+    with memory.profile() as prof:
+        y = (x @ x).softmax(-1).exp().sum()
+        y.backward()
+        tr = prof._tracker
+        assert not tr.nodes, "no node may still hold saved tensors after backward"
+        assert all(c == 0 for c in tr.saved_count.values())
+
+    x.grad = None
+    with memory.profile() as prof:
+        y = (x @ x).softmax(-1).exp().sum()
+        y.backward(retain_graph=True)
+        held = sum(prof._tracker.info[s]["bytes"] for s, c in prof._tracker.saved_count.items()
+                   if c > 0)
+        # matmul keeps x (pre-existing, 1 KiB), softmax its output, exp its output
+        assert held == 3 * 16 * 16 * 4
+        y.backward()
+        assert all(c == 0 for c in prof._tracker.saved_count.values())
+    np.testing.assert_allclose(x.grad.numpy(), 2 * _grad_once(x), rtol=1e-5)
+
+
+def _grad_once(x):
+    z = x.detach().requires_grad_()
+    (z @ z).softmax(-1).exp().sum().backward()
+    return z.grad.numpy()
+
+
+def test_saved_slice_pins_the_whole_storage_unique_vs_nominal():
+    x = ta.randn(8, 30, requires_grad=True)
+    w = ta.randn(30, 30)
+    with memory.profile() as prof:
+        qkv = x @ w                       # (8, 30) float32 = 960 bytes
+        q, k, v = qkv.split(10, dim=1)    # three views
+        loss = (q * k * v).sum()          # mul saves views of qkv
+        saved = prof._tracker
+        del saved
+        loss.backward()
+    sv = prof.summary()["saved_peak"]
+    mul = sv["by_op"]["Mul"]
+    # q*k saves q and k, (q*k)*v saves the product (320 B) and v: the views are
+    # 3 x 320 B nominal but they all pin qkv's one 960-byte storage
+    assert mul["nominal_bytes"] == 320 * 4
+    assert mul["unique_bytes"] == 960 + 960 + 320
+    # overall each storage once: qkv, the product, and w (matmul keeps w for x.grad)
+    assert sv["unique_bytes"] == 960 + 320 + w.nbytes
+
+
+def test_raw_peak_at_least_tensor_peak_and_close_to_tracemalloc():
+    ta.manual_seed(0)
+
+    def work():
+        a = ta.randn(256, 256)
+        b = (a @ a).exp()
+        c = b.softmax(-1) + a
+        return c.sum().item()
+
+    with memory.profile() as prof:
+        work()
+    s = prof.summary()
+    assert s["raw_peak_bytes"] >= s["tensor_peak_above_start"] > 0
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    work()
+    independent = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    assert abs(s["raw_peak_bytes"] - independent) <= 0.05 * independent
+
+
+def test_limit_raises_with_summary_and_leaks_nothing():
+    x = ta.randn(64, 64, requires_grad=True)
+    gc.collect()
+    before = memory.live_bytes()
+
+    def step(batch):
+        h = ta.randn(batch, 64) @ x
+        return h.relu().sum()
+
+    try:
+        memory.set_limit(before + 200_000)
+        with pytest.raises(ta.OutOfMemoryError, match=r"(?s)emulated limit .*live by category"):
+            step(4096).backward()
+        assert memory.live_bytes() == before
+        loss = step(16)           # a smaller batch fits
+        loss.backward()
+    finally:
+        memory.set_limit(None)
+    del loss
+    x.grad = None
+    assert memory.live_bytes() == before
+
+
+def test_limit_message_names_the_op_and_the_size():
+    with memory.limit("1KiB"):
+        with pytest.raises(ta.OutOfMemoryError, match=r"tried to allocate 4000 bytes"):
+            ta.zeros(1000)
+    assert memory.get_limit() is None
+
+
+def test_parse_bytes():
+    assert memory.parse_bytes("6GiB") == 6 * 2**30
+    assert memory.parse_bytes("512MB") == 512 * 10**6
+    assert memory.parse_bytes(100) == 100
+    with pytest.raises(ValueError, match="cannot parse"):
+        memory.parse_bytes("lots")
+
+
+def _mlp_step():
+    ta.manual_seed(1)
+    w1 = ta.randn(32, 64, requires_grad=True)
+    w2 = ta.randn(64, 10, requires_grad=True)
+    memory.tag(w1, "parameter")
+    memory.tag(w2, "parameter")
+    x, t = ta.randn(128, 32), ta.randint(0, 10, (128,))
+    prof = memory.profile(source_lines=True)
+    with prof:
+        with memory.phase("forward"):
+            with memory.scope("mlp.fc1"):
+                h = (x @ w1).relu()
+            with memory.scope("mlp.fc2"):
+                logits = h @ w2
+            loss = ta.functional.cross_entropy(logits, t)
+        loss.backward()
+        with memory.phase("optimizer"), ta.no_grad():
+            for w in (w1, w2):
+                w.sub_(w.grad * 0.1)
+    return prof, (w1, w2)
+
+
+def test_report_summary_and_categories_for_an_mlp_step():
+    prof, (w1, w2) = _mlp_step()
+    report = prof.report()
+    for text in ("peak live", "Bytes at peak by category", "Saved for backward",
+                 "by module", "mlp.fc1", "Copies", "Top holders at peak", "Backward peak"):
+        assert text in report
+    s = prof.summary()
+    assert s["peak"]["bytes"] == prof.peak_bytes
+    by_cat = s["peak"]["by_category"]
+    assert by_cat["parameter"] == w1.nbytes + w2.nbytes
+    assert set(by_cat) == set(memory.CATEGORIES)
+    assert sum(by_cat.values()) == s["peak"]["bytes"]
+    assert "mlp.fc1" in s["saved_peak"]["by_module"]
+    assert {"forward", "backward", "optimizer"} <= {e["phase"] for e in prof.events}
+
+
+def test_plot_writes_a_real_png_and_html(tmp_path):
+    pytest.importorskip("matplotlib")
+    prof, _ = _mlp_step()
+    png = prof.plot(str(tmp_path / "memory.png"))
+    data = open(png, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    html = open(prof.plot_html(str(tmp_path / "memory.html"))).read()
+    assert "<svg" in html and "<polygon" in html and "peak" in html
+
+
+def test_fan_in_is_reported_and_summed_in_place():
+    x = ta.randn(32, 32, requires_grad=True)
+    with memory.profile() as prof:
+        h = x * 2                          # h has three consumers
+        loss = ((h * h).sum() + h.exp().sum() + h.tanh().sum())
+        loss.backward()
+    fan = [f for f in prof.summary()["fanout"] if f["node"] == "MulBackward"]
+    assert fan and fan[0]["partials"] == 4  # h*h feeds h twice, exp and tanh once each
+    assert fan[0]["in_place"] + fan[0]["new_buffer"] == 3
+    assert fan[0]["in_place"] >= 2
+
+
+def test_memcheck_budgets():
+    x = ta.randn(16, 8, requires_grad=True)
+    w = ta.randn(8, 24, requires_grad=True)
+
+    def views_attention(x, w):
+        q, k, v = (x @ w).split(8, dim=1)
+        return ((q @ k.mT).softmax(-1) @ v).sum()
+
+    prof = memory.memcheck(views_attention, x, w, max_copies=0)
+    assert prof.summary()["copies"] == []
+
+    def copying(x, w):
+        return (x @ w).T.contiguous().sum()
+
+    with pytest.raises(memory.MemoryBudgetError, match=r"1 copies > budget 0"):
+        memory.memcheck(copying, x, w, max_copies=0)
+    with pytest.raises(memory.MemoryBudgetError, match="saved for backward"):
+        memory.memcheck(views_attention, x, w, max_saved_bytes=100)
+
+
+def test_counters_outside_a_profile():
+    memory.reset_peak()
+    base = memory.live_bytes()
+    a = ta.zeros(1000)
+    b = ta.zeros(1000)
+    del a, b
+    assert memory.max_live_bytes() == base + 8000
+    assert memory.live_bytes() == base
