@@ -17,6 +17,7 @@ from .ops import (  # noqa: F401
     masked_fill,
     matmul,
     relu,
+    scaled_dot_product_attention,
     sigmoid,
     silu,
     softmax,

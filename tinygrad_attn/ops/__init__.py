@@ -3,6 +3,7 @@
 The functions re-exported here are what Tensor's methods call.
 """
 
+from .attention import scaled_dot_product_attention  # noqa: F401
 from .elementwise import (  # noqa: F401
     abs,
     add,

@@ -1,0 +1,186 @@
+"""Memory-efficient attention: one Function that works in query and key blocks.
+
+    out = softmax(q @ k^T * scale + mask) @ v
+
+The full (T x T) score matrix is never materialized, in forward or backward. Forward runs
+the online softmax over key blocks (a running row max m, row sum l, and the weighted sum
+of values), skipping blocks that the causal mask hides entirely. It saves q, k, v, the
+output and the per-row logsumexp (T floats per head); backward recomputes each block's
+probabilities from those and accumulates dq, dk, dv block by block.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import backend
+from .. import shape as shp
+from ..autograd import Function
+from ..errors import ShapeError
+from ._util import Tensor, check_same_device, from_array
+
+DEFAULT_BLOCK_SIZE = 128
+
+
+def _block_mask(xp, causal, mask, i0, i1, j0, j1):
+    """Bool (keep) or float (additive) mask of one (query block, key block), or None."""
+    keep = None
+    if causal and j1 - 1 > i0:  # some keys lie in the future of some queries here
+        rows = xp.arange(i0, i1)[:, None]
+        cols = xp.arange(j0, j1)[None, :]
+        keep = cols <= rows
+    if mask is None:
+        return keep, None
+    part = mask[..., i0:i1, j0:j1]
+    if part.dtype == bool:
+        return (part if keep is None else part & keep), None
+    return keep, part
+
+
+class ScaledDotProductAttention(Function):
+    """Blocked exact attention; saves q, k, v, out and the row logsumexp, not T x T.
+
+    Backward per block: p = exp(s - lse); dv += p^T do; dp = do v^T;
+    ds = p * (dp - rowsum(do * out)); dq += ds k * scale; dk += ds^T q * scale.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask=None, is_causal=False, scale=None, block_size=None):
+        xp = backend.xp_for(q.device)
+        Q, K, V = q._array(), k._array(), v._array()
+        B = Q.shape[:-2]
+        Tq, Tk = Q.shape[-2], K.shape[-2]
+        bs = block_size or DEFAULT_BLOCK_SIZE
+        M = None if mask is None else mask._array()
+        if M is not None:
+            M = xp.broadcast_to(M, B + (Tq, Tk))
+        out = xp.empty(B + (Tq, V.shape[-1]), dtype=Q.dtype)
+        lse = xp.empty(B + (Tq, 1), dtype=Q.dtype)
+        for i0 in range(0, Tq, bs):
+            i1 = min(i0 + bs, Tq)
+            q_blk = Q[..., i0:i1, :]
+            m = xp.full(B + (i1 - i0, 1), -xp.inf, dtype=Q.dtype)
+            l = xp.zeros(B + (i1 - i0, 1), dtype=Q.dtype)
+            acc = xp.zeros(B + (i1 - i0, V.shape[-1]), dtype=Q.dtype)
+            for j0 in range(0, Tk, bs):
+                if is_causal and j0 > i1 - 1:
+                    break  # every later key block is in the future of this query block
+                j1 = min(j0 + bs, Tk)
+                s = xp.matmul(q_blk, xp.swapaxes(K[..., j0:j1, :], -1, -2))
+                s *= scale
+                keep, add = _block_mask(xp, is_causal, M, i0, i1, j0, j1)
+                if add is not None:
+                    s += add
+                if keep is not None:
+                    s = xp.where(keep, s, -xp.inf)
+                m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
+                m_safe = xp.where(xp.isfinite(m_new), m_new, 0)  # rows with no key yet
+                p = xp.exp(s - m_safe)
+                correction = xp.exp(m - m_safe)
+                l = l * correction + p.sum(axis=-1, keepdims=True)
+                acc *= correction
+                acc += xp.matmul(p, V[..., j0:j1, :])
+                m = m_new
+            out[..., i0:i1, :] = acc / l
+            lse[..., i0:i1, :] = xp.where(xp.isfinite(m), m, 0) + xp.log(l)
+        ctx.mask_given = mask is not None
+        ctx.is_causal, ctx.scale, ctx.block_size = is_causal, scale, bs
+        out_t = from_array(out)
+        ctx.save_for_backward(q, k, v, out_t, from_array(lse), mask)
+        return out_t
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        Q, K, V, O, LSE, G = (t._array() for t in (q, k, v, out, lse, g))
+        B = Q.shape[:-2]
+        Tq, Tk = Q.shape[-2], K.shape[-2]
+        bs, scale, causal = ctx.block_size, ctx.scale, ctx.is_causal
+        M = None if mask is None else xp.broadcast_to(mask._array(), B + (Tq, Tk))
+        dQ = xp.zeros(B + Q.shape[-2:], dtype=Q.dtype)
+        dK = xp.zeros(B + K.shape[-2:], dtype=Q.dtype)
+        dV = xp.zeros(B + V.shape[-2:], dtype=Q.dtype)
+        Drow = (G * O).sum(axis=-1, keepdims=True)  # rowsum(do * out), T floats per head
+        for i0 in range(0, Tq, bs):
+            i1 = min(i0 + bs, Tq)
+            q_blk, g_blk = Q[..., i0:i1, :], G[..., i0:i1, :]
+            lse_blk, d_blk = LSE[..., i0:i1, :], Drow[..., i0:i1, :]
+            for j0 in range(0, Tk, bs):
+                if causal and j0 > i1 - 1:
+                    break
+                j1 = min(j0 + bs, Tk)
+                k_blk, v_blk = K[..., j0:j1, :], V[..., j0:j1, :]
+                s = xp.matmul(q_blk, xp.swapaxes(k_blk, -1, -2))
+                s *= scale
+                keep, add = _block_mask(xp, causal, M, i0, i1, j0, j1)
+                if add is not None:
+                    s += add
+                p = xp.exp(s - lse_blk)
+                if keep is not None:
+                    p = xp.where(keep, p, 0)
+                dV[..., j0:j1, :] += xp.matmul(xp.swapaxes(p, -1, -2), g_blk)
+                ds = xp.matmul(g_blk, xp.swapaxes(v_blk, -1, -2))
+                ds -= d_blk
+                ds *= p
+                ds *= scale
+                dQ[..., i0:i1, :] += xp.matmul(ds, k_blk)
+                dK[..., j0:j1, :] += xp.matmul(xp.swapaxes(ds, -1, -2), q_blk)
+        nq, nk, nv = ctx.needs_input_grad[:3]
+        return (from_array(dQ) if nq else None, from_array(dK) if nk else None,
+                from_array(dV) if nv else None)
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None,
+                                 block_size: int | None = None) -> Tensor:
+    """softmax(q k^T * scale + mask) v without materializing the (T x T) matrix.
+
+    q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv). `attn_mask` is bool (True = may
+    attend) or float (added to the scores), broadcastable to (..., Tq, Tk). `is_causal`
+    masks keys after each query (top-left aligned, as PyTorch). `block_size` (default 128)
+    is the query/key tile.
+    """
+    check_same_device("scaled_dot_product_attention", q, k, v, attn_mask)
+    if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ShapeError(
+            f"scaled_dot_product_attention: q, k, v must have the same number (>= 2) of dims; "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if (q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]
+            or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]):
+        raise ShapeError(
+            f"scaled_dot_product_attention: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)} do not fit (need q (..., Tq, D), k (..., Tk, D), "
+            "v (..., Tk, Dv) with equal leading dims)"
+        )
+    if block_size is not None and (not isinstance(block_size, int) or block_size <= 0):
+        raise ValueError(
+            f"scaled_dot_product_attention: block_size must be a positive int, got {block_size!r}"
+        )
+    if dropout_p != 0.0:
+        raise ValueError(
+            "scaled_dot_product_attention: dropout_p must be 0.0 in the blocked kernel (the "
+            "dropped probabilities would have to be replayed in backward); use the 'views' "
+            "attention for attention dropout"
+        )
+    target = tuple(q.shape[:-1]) + (k.shape[-2],)
+    if attn_mask is not None:
+        try:
+            ok = shp.broadcast_shapes(attn_mask.shape, target) == target
+        except ShapeError:
+            ok = False
+        if not ok:
+            raise ShapeError(
+                f"scaled_dot_product_attention: attn_mask of shape {tuple(attn_mask.shape)} "
+                f"does not broadcast to the scores' shape {target}"
+            )
+        if is_causal:
+            raise ValueError(
+                "scaled_dot_product_attention: pass either attn_mask or is_causal=True, not both"
+            )
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    return ScaledDotProductAttention.apply(q, k, v, attn_mask, is_causal=is_causal,
+                                           scale=scale, block_size=block_size)
