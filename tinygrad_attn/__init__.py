@@ -6,6 +6,7 @@ where the bytes of a training step go. See README.md and DESIGN.md.
 
 from . import tensor as _tensor_module  # noqa: F401,I001 - first: binds the op layer
 from . import autograd, backend, cuda, functional, memory, ops  # noqa: F401
+from .checkpoint import checkpoint  # noqa: F401
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .backend import (  # noqa: F401
     DType, bool_, float16, float32, float64, int8, int32, int64, uint8,
@@ -22,6 +23,7 @@ from .ops import (  # noqa: F401
     matmul, maximum, minimum, relu, sigmoid, softmax, sqrt, stack, tanh, tril, triu, where,
 )
 from .storage import Storage  # noqa: F401
+from .backend import Generator  # noqa: F401
 from .tensor import Tensor  # noqa: F401
 
 bool = bool_  # noqa: A001 - ta.bool, as torch.bool

@@ -371,10 +371,18 @@ class Generator:
         return self._rng(device).integers(low, high, size=shape).astype(dtype.np)
 
     def get_state(self):
-        return {"cpu": self._cpu.bit_generator.state, "seed": self.seed}
+        """The generator's state (every device's stream), for set_state."""
+        import copy
+
+        return {"seed": self.seed, "cpu": copy.deepcopy(self._cpu.bit_generator.state),
+                "cuda": {d: copy.deepcopy(g.bit_generator.state) for d, g in self._cuda.items()}}
 
     def set_state(self, state) -> None:
-        self._cpu.bit_generator.state = state["cpu"]
+        import copy
+
+        self._cpu.bit_generator.state = copy.deepcopy(state["cpu"])
+        for d, st in state.get("cuda", {}).items():
+            self._rng(d).bit_generator.state = copy.deepcopy(st)
 
 
 # ----------------------------------------------------------------------------- DLPack

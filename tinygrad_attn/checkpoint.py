@@ -1,0 +1,68 @@
+"""Activation checkpointing: keep a block's inputs, recompute its insides in backward.
+
+    y = ta.checkpoint(block, x)
+
+Forward runs `block` without recording a graph, so none of its intermediates are saved:
+the checkpoint node saves only the tensor arguments. Backward restores the RNG state the
+forward saw (so dropout draws the same masks), reruns `block` with recording on, and
+backpropagates through that fresh graph: into the arguments (returned) and into whatever
+parameters `block` used (accumulated into their .grad, as any backward does).
+"""
+
+from __future__ import annotations
+
+from .autograd import Function, backward, enable_grad
+from .creation import default_generator
+from .tensor import Tensor
+
+
+class Checkpoint(Function):
+    """Saves only the tensor arguments (and the RNG state); recomputes fn in backward."""
+
+    @staticmethod
+    def forward(ctx, fn, *args):
+        ctx.block = fn
+        ctx.rng_state = default_generator.get_state()
+        ctx.save_for_backward(*[a for a in args if type(a) is Tensor])
+        ctx.positions = [i for i, a in enumerate(args) if type(a) is Tensor]
+        ctx.others = args
+        out = fn(*args)
+        if type(out) is not Tensor:
+            raise TypeError(
+                f"checkpoint: the function must return one Tensor, got {type(out).__name__}"
+            )
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        saved = ctx.saved_tensors
+        args = list(ctx.others)
+        inputs = []
+        for pos, t in zip(ctx.positions, saved):
+            leaf = t.detach()
+            leaf.requires_grad_(ctx.needs_input_grad[pos + 1] and t.dtype.is_floating_point)
+            args[pos] = leaf
+            inputs.append(leaf)
+        now = default_generator.get_state()
+        default_generator.set_state(ctx.rng_state)
+        try:
+            with enable_grad():
+                out = ctx.block(*args)
+        finally:
+            default_generator.set_state(now)
+        if out.requires_grad:
+            backward([out], [g])
+        grads = [None] * len(args)
+        for pos, leaf in zip(ctx.positions, inputs):
+            grads[pos] = leaf.grad
+        return (None, *grads)
+
+
+def checkpoint(fn, *args) -> Tensor:
+    """fn(*args), saving only args for backward and recomputing fn's insides there.
+
+    Gradients equal the plain call's exactly; the RNG state is restored for the rerun.
+    """
+    if not callable(fn):
+        raise TypeError(f"checkpoint: first argument must be callable, got {type(fn).__name__}")
+    return Checkpoint.apply(fn, *args)
