@@ -13,8 +13,8 @@ from .backend import (  # noqa: F401
 )
 from .creation import (  # noqa: F401
     arange, empty, empty_like, eye, from_dlpack, from_numpy, full, full_like, linspace,
-    manual_seed, ones, ones_like, rand, rand_like, randint, randn, randn_like, tensor, zeros,
-    zeros_like,
+    get_rng_state, manual_seed, ones, ones_like, rand, rand_like, randint, randn, randn_like,
+    set_rng_state, tensor, zeros, zeros_like,
 )
 from .errors import DeviceMismatchError, OutOfMemoryError, ShapeError  # noqa: F401
 from .gradcheck import GradcheckError, gradcheck  # noqa: F401

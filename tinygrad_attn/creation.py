@@ -14,6 +14,15 @@ def manual_seed(seed: int) -> backend.Generator:
     return default_generator
 
 
+def get_rng_state() -> dict:
+    """The default generator's state (every device's stream): JSON-able, for set_rng_state."""
+    return default_generator.get_state()
+
+
+def set_rng_state(state: dict) -> None:
+    default_generator.set_state(state)
+
+
 def _shape(args) -> tuple:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])

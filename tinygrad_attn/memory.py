@@ -705,6 +705,69 @@ def profile(source_lines: bool = False, device: str = "cpu", raw: bool = True) -
     return Profile(source_lines=source_lines, device=device, raw=raw)
 
 
+# ----------------------------------------------------------------------------- per step
+class StepStats:
+    """Cheap per-step numbers for a training log (no event list is kept):
+
+        with ta.memory.step_stats() as st:
+            loss = model(x, y)[1]; st.mark_saved(loss); loss.backward(); opt.step()
+        st.peak_bytes, st.saved_bytes, st.copies, st.copied_bytes, st.allocated_bytes
+    """
+
+    def __init__(self, device: str = "cpu"):
+        self.device = backend.canonical_device(device)
+        self.copies = self.copied_bytes = self.allocations = self.allocated_bytes = 0
+        self.saved_bytes = 0
+
+    def on_alloc(self, st) -> None:
+        if st.device == self.device:
+            self.allocations += 1
+            self.allocated_bytes += st.nbytes
+            if st.copy_reason:
+                self.copies += 1
+                self.copied_bytes += st.nbytes
+
+    def on_free(self, st) -> None:
+        pass
+
+    def mark_saved(self, output) -> int:
+        """Record the bytes the graph behind `output` holds for backward (call it before
+        backward frees them)."""
+        self.saved_bytes = saved_bytes(output)
+        return self.saved_bytes
+
+    def __enter__(self) -> StepStats:
+        self.start_bytes = live_bytes(self.device)
+        reset_peak(self.device)
+        _storage.observers.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _storage.observers.remove(self)
+        self.peak_bytes = max_live_bytes(self.device)
+        self.end_bytes = live_bytes(self.device)
+
+
+def step_stats(device: str = "cpu") -> StepStats:
+    return StepStats(device)
+
+
+def saved_bytes(output) -> int:
+    """Unique bytes (each storage once) held for backward by the graph behind `output`."""
+    seen_nodes, seen_storages = set(), {}
+    stack = [output.grad_fn] if output.grad_fn is not None else []
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        for t in node.saved_tensor_list():
+            st = t.untyped_storage()
+            seen_storages[st.id] = st.nbytes
+        stack.extend(edge[0] for edge in node.next_functions if edge is not None)
+    return sum(seen_storages.values())
+
+
 # ----------------------------------------------------------------------------- limit
 _limit_tracker: list = []
 
