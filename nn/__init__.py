@@ -1,4 +1,21 @@
-"""nn: layers, the GPT and optimizers, built on tinygrad_attn's public API only.
+"""nn: modules, layers and a GPT, built on tinygrad_attn's public API only.
 
-(Filled in by the nn issue; the engine does not depend on it.)
+Written as a user's own model code would be: `import tinygrad_attn as ta` and nothing
+private, so whatever the engine makes efficient here, it makes efficient for users too.
 """
+
+from . import functional
+from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
+from .layers import GELU, Dropout, Embedding, LayerNorm, Linear, ReLU
+from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
+
+__all__ = [
+    "Module", "Parameter", "Sequential", "ModuleList", "ModuleDict",
+    "Linear", "LayerNorm", "Embedding", "Dropout", "GELU", "ReLU",
+    "GPTConfig", "GPT", "CausalSelfAttention", "MLP", "Block", "functional",
+]
+
+from . import data, optim, utils  # noqa: E402
+from .serialization import load, load_metadata, save  # noqa: E402
+
+__all__ += ["optim", "utils", "data", "save", "load", "load_metadata"]

@@ -50,6 +50,11 @@ def _tree_changed() -> None:
     _structure_version += 1
 
 
+def _cache_name(module, name: str, root_ref) -> None:
+    d = module.__dict__
+    d["_qualname"], d["_scope_owner"], d["_scope_version"] = name, root_ref, _structure_version
+
+
 class Module:
     """Base class of every layer: subclasses set attributes in __init__ and define forward."""
 
@@ -73,12 +78,18 @@ class Module:
                 "super().__init__() first in the subclass's __init__"
             )
         if isinstance(value, Module):
-            self._forget(name)
+            self._forget(name, keep="_modules")
             d["_modules"][name] = value
             _tree_changed()
         elif is_parameter(value) or (value is None and name in d.get("_parameters", ())):
-            self._forget(name)
+            self._forget(name, keep="_parameters")
             d["_parameters"][name] = value
+        elif name in d.get("_parameters", ()):
+            raise TypeError(
+                f"cannot assign a {type(value).__name__} that is not a parameter to the "
+                f"parameter {name!r}: wrap a tensor with nn.Parameter(tensor), or del the "
+                "parameter first"
+            )
         elif name in d.get("_buffers", ()) and (value is None or type(value) is ta.Tensor):
             d["_buffers"][name] = value
         elif name in d.get("_modules", ()) and value is None:
@@ -88,14 +99,17 @@ class Module:
             self._forget(name)
             object.__setattr__(self, name, value)
 
-    def _forget(self, name: str) -> None:
+    def _forget(self, name: str, keep: str | None = None) -> None:
+        """Drop `name` from every registry but `keep` (where an assignment replaces it in
+        place, so the registration order, e.g. of a ModuleList, is kept)."""
         d = self.__dict__
         for table in ("_parameters", "_buffers", "_modules"):
-            if name in d.get(table, ()):
+            if table != keep and name in d.get(table, ()):
                 del d[table][name]
                 if table == "_modules":
                     _tree_changed()
-        d.get("_non_persistent", set()).discard(name)
+        if keep != "_buffers":
+            d.get("_non_persistent", set()).discard(name)
         d.pop(name, None)
 
     def __getattr__(self, name: str):
@@ -118,7 +132,7 @@ class Module:
                 f"register_parameter({name!r}): expected a leaf tensor that requires grad "
                 "(use nn.Parameter(tensor)) or None"
             )
-        self._forget(name)
+        self._forget(name, keep="_parameters")
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: ta.Tensor | None,
@@ -127,31 +141,35 @@ class Module:
         if persistent)."""
         if tensor is not None and type(tensor) is not ta.Tensor:
             raise TypeError(f"register_buffer({name!r}): expected a ta.Tensor or None")
-        self._forget(name)
+        self._forget(name, keep="_buffers")
         self._buffers[name] = tensor
+        self._non_persistent.discard(name)
         if not persistent:
             self._non_persistent.add(name)
 
     def add_module(self, name: str, module: Module | None) -> None:
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module({name!r}): {type(module).__name__} is not a Module")
-        self._forget(name)
+        self._forget(name, keep="_modules")
         self._modules[name] = module
         _tree_changed()
 
     register_module = add_module
 
     # ------------------------------------------------------------------ traversal
-    def named_modules(self, prefix: str = "", memo: set | None = None):
-        """(dotted name, module) for this module and every descendant, each once."""
-        memo = set() if memo is None else memo
-        if id(self) in memo:
-            return
-        memo.add(id(self))
+    def named_modules(self, prefix: str = "", remove_duplicate: bool = True, _memo=None):
+        """(dotted name, module) for this module and every descendant; a module reachable
+        by several paths is listed once, under its first, unless remove_duplicate=False."""
+        memo = set() if _memo is None else _memo
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, child in self._modules.items():
             if child is not None:
-                yield from child.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+                path = f"{prefix}.{name}" if prefix else name
+                yield from child.named_modules(path, remove_duplicate, memo)
 
     def modules(self):
         for _, m in self.named_modules():
@@ -170,7 +188,7 @@ class Module:
 
     def _named_members(self, table: str, remove_duplicate: bool):
         seen = set()
-        for prefix, module in self.named_modules():
+        for prefix, module in self.named_modules(remove_duplicate=remove_duplicate):
             for name, t in getattr(module, table).items():
                 if t is None or (remove_duplicate and id(t) in seen):
                     continue
@@ -205,7 +223,7 @@ class Module:
         of their names (as torch). Tensors are detached views of the live memory unless
         keep_vars."""
         out = OrderedDict()
-        for prefix, module in self.named_modules():
+        for prefix, module in self.named_modules(remove_duplicate=False):
             dot = f"{prefix}." if prefix else ""
             for name, p in module._parameters.items():
                 if p is not None:
@@ -250,8 +268,7 @@ class Module:
             )
         with ta.no_grad():
             for key, value in sources.items():
-                target = own[key]
-                own[key].copy_(value.to(target.device))
+                own[key].copy_(value.to(own[key].device))
         return IncompatibleKeys(missing, unexpected)
 
     # ------------------------------------------------------------------ modes and moves
@@ -328,29 +345,29 @@ class Module:
     def __call__(self, *args, **kwargs):
         _call_stack.append(self)
         try:
-            with ta.memory.scope(self._scope_name()):
+            with ta.memory.scope(self._qualified_name()):
                 return self.forward(*args, **kwargs)
         finally:
             _call_stack.pop()
 
-    def _scope_name(self) -> str:
+    def _qualified_name(self) -> str:
         """This module's dotted name from the root of the running call (cached)."""
         root = _call_stack[0]
         d = self.__dict__
         owner = d.get("_scope_owner")
         if (owner is not None and owner() is root
                 and d.get("_scope_version") == _structure_version):
-            return d["_scope_name"]
-        ref = weakref.ref(root)
+            return d["_qualname"]
+        ref, in_tree = weakref.ref(root), False
         for name, m in root.named_modules():
-            md = m.__dict__
-            md["_scope_name"], md["_scope_owner"] = name, ref
-            md["_scope_version"] = _structure_version
-        if d.get("_scope_owner") is ref:
-            return d["_scope_name"]
-        # called from a forward but not registered in the tree (e.g. kept in a plain list)
-        parent = _call_stack[-2].__dict__.get("_scope_name", "")
-        return f"{parent}.{type(self).__name__}" if parent else type(self).__name__
+            _cache_name(m, name, ref)
+            in_tree = in_tree or m is self
+        if not in_tree:
+            # called from a forward but not registered in the tree (e.g. kept in a list)
+            parent = _call_stack[-2].__dict__["_qualname"]
+            name = type(self).__name__
+            _cache_name(self, f"{parent}.{name}" if parent else name, ref)
+        return d["_qualname"]
 
     # ------------------------------------------------------------------ printing
     def extra_repr(self) -> str:

@@ -23,6 +23,7 @@ import weakref
 
 from . import backend
 from . import storage as storage_mod
+from .shape import index_geometry
 from .tensor import Tensor, _ones_like_array, _zeros_array, from_array
 
 _seq = itertools.count()
@@ -303,23 +304,24 @@ def _input_edge(t: Tensor, fn) -> tuple:
 class SliceGrad:
     """The gradient of a slice, not yet written into a base-sized buffer.
 
-    `geometry` is (shape, strides, offset) of the slice within a contiguous tensor of
-    `base_shape`. Several SliceGrads of one base are written into one buffer.
+    `index` is the basic index (ints, slices, None, ...) that took the slice from a tensor
+    of `base_shape`. Several SliceGrads of one base are written into one buffer.
     """
 
-    __slots__ = ("base_shape", "geometry", "grad")
+    __slots__ = ("base_shape", "index", "grad")
 
-    def __init__(self, base_shape, geometry, grad: Tensor):
-        self.base_shape, self.geometry, self.grad = base_shape, geometry, grad
+    def __init__(self, base_shape, index: tuple, grad: Tensor):
+        self.base_shape, self.index, self.grad = base_shape, index, grad
 
     @property
     def shape(self):
         return self.base_shape
 
     def add_into(self, buffer: Tensor) -> None:
-        """buffer[slice] += grad, in place (buffer is contiguous of base_shape)."""
-        shape, strides, offset = self.geometry
-        view = backend.strided(buffer._storage.buffer, shape, strides, offset + buffer._offset)
+        """buffer[index] += grad, in place (buffer has base_shape, any dense strides)."""
+        shape, strides, offset = index_geometry(buffer._shape, buffer._strides,
+                                                buffer._offset, self.index)
+        view = backend.strided(buffer._storage.buffer, shape, strides, offset)
         view += self.grad._array()
         buffer._storage.version += 1
 
@@ -483,6 +485,7 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
                 t = ref()
                 if t is not None and grads[nr] is not None:
                     t.grad = grads[nr] if t.grad is None else t.grad + grads[nr]
+                    owned[nr] = False  # now visible as t.grad
 
         if all(g is None for g in grads):
             results = (None,) * len(node.next_functions)
@@ -491,10 +494,12 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
         if not retain_graph:
             node.release()
 
-        # A returned gradient the engine may later add into in place must be a fresh,
-        # contiguous buffer that nothing else holds: not one of the incoming gradients
-        # (or a view of one), and not returned for two inputs at once.
-        incoming = {id(g._storage) for g in grads if g is not None}
+        # A returned gradient the engine may later add into in place must be a contiguous
+        # buffer that nothing else holds: not (a view of) an incoming gradient that someone
+        # else may hold, and not returned for two inputs at once.
+        # An incoming gradient the engine owned may pass its ownership on to a view of it
+        # (the gradient of a transpose is a transpose of the gradient).
+        shared_in = {id(g._storage) for g, own in zip(grads, owned) if g is not None and not own}
         returned: dict = {}
         for g in results:
             if g is not None:
@@ -507,7 +512,7 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
             if g is not None:
                 base = g.grad if type(g) is SliceGrad else g
                 sid = id(base._storage)
-                is_owned = sid not in incoming and returned[sid] == 1 and base.is_contiguous()
+                is_owned = sid not in shared_in and returned[sid] == 1 and _dense(base)
                 nxt_slots = slots.get(nxt)
                 if nxt_slots is None:
                     nxt_slots = slots[nxt] = _new_slots(nxt)
@@ -520,6 +525,11 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
             if deps[nxt] == 0:
                 heapq.heappush(heap, (-nxt.seq, nxt.seq, nxt))
     return captured
+
+
+def _dense(t: Tensor) -> bool:
+    """No element is reached twice (no stride-0 broadcast dim): safe to add into in place."""
+    return all(st != 0 or n == 1 for n, st in zip(t._shape, t._strides))
 
 
 def _run_hooks(hooks_by_output: dict, grads: list, owned: list) -> None:

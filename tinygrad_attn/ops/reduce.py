@@ -205,6 +205,8 @@ class Matmul(Function):
                 f"broadcast together ({tuple(a.shape[:-2])} vs {tuple(b.shape[:-2])})"
             ) from None
         ctx.shapes = (a.shape, b.shape)
+        # a 2-D b stored column-major is a transposed weight (x @ w.mT)
+        ctx.b_transposed = b.ndim == 2 and b._strides[0] == 1 and b.shape[0] > 1
         na, nb = ctx.needs_input_grad
         ctx.save_for_backward(a if nb else None, b if na else None)
         xp = backend.xp_for(a.device)
@@ -227,11 +229,17 @@ class Matmul(Function):
                              ctx.shapes[0])
         if nb:
             A = a._array()
-            if A.ndim > 2 and len(ctx.shapes[1]) == 2 and _rows_mergeable(a):
+            if A.ndim >= 2 and len(ctx.shapes[1]) == 2 and _rows_mergeable(a):
                 # gb = sum over the batch of a_i^T g_i = (all rows of a)^T (all rows of g):
                 # one GEMM, and no (batch, K, N) intermediate to sum afterwards
                 A2 = A.reshape(-1, A.shape[-1])
-                gb = from_array(xp.matmul(A2.T, G.reshape(-1, G.shape[-1])))
+                G2 = G.reshape(-1, G.shape[-1])
+                if ctx.b_transposed:
+                    # b is a transposed weight (x @ w.mT): compute gb in w's own layout,
+                    # so the transpose's backward hands w a contiguous gradient
+                    gb = from_array(xp.matmul(G2.T, A2).T)
+                else:
+                    gb = from_array(xp.matmul(A2.T, G2))
             else:
                 gb = unbroadcast(from_array(xp.matmul(xp.swapaxes(A, -1, -2), G)),
                                  ctx.shapes[1])

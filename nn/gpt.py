@@ -1,0 +1,239 @@
+"""A GPT language model, shaped like nanoGPT's model.py so weights interchange by name.
+
+Read top to bottom: attention, MLP, a transformer block, the model. Parameter names are
+nanoGPT's (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, lm_head.weight).
+The attention is written with views only: one split of the fused qkv projection and
+transposes that are strided views, so the only copy in the block is the explicit
+.contiguous() that merges the heads back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import tinygrad_attn as ta
+
+from . import functional as F
+from .layers import GELU, Dropout, Embedding, LayerNorm, Linear
+from .module import Module, ModuleDict, ModuleList
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 65
+    block_size: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = True  # bias in Linears and LayerNorms, as GPT-2; False is a bit better
+    attn: str = "views"  # how attention is computed; "views" is the only one so far
+
+
+class CausalSelfAttention(Module):
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if config.n_embd % config.n_head != 0:
+            raise ValueError(
+                f"n_embd ({config.n_embd}) must be divisible by n_head ({config.n_head})"
+            )
+        if config.attn != "views":
+            raise ValueError(f"unknown attention implementation {config.attn!r}; "
+                             "expected 'views'")
+        # key, query, value projections for all heads, in one matrix
+        self.c_attn = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        # output projection
+        self.c_proj = Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = Dropout(config.dropout)
+        self.resid_dropout = Dropout(config.dropout)
+        self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
+        # True above the diagonal: the future positions a token may not attend to. A buffer
+        # (moved by .to()), built once, not in the state_dict (nanoGPT's is called "bias").
+        bs = config.block_size
+        future = ta.ones(bs, bs).tril() == 0
+        self.register_buffer("mask", future.view(1, 1, bs, bs), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.size()  # batch size, sequence length, embedding dimensionality (n_embd)
+        nh, hs = self.n_head, C // self.n_head
+
+        # one split of the fused projection: three views whose gradients fill one buffer
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+
+        # causal self-attention: (B, nh, T, hs) x (B, nh, hs, T) -> (B, nh, T, T)
+        att = (q @ k.mT) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(self.mask[:, :, :T, :T], float("-inf"))
+        att = F.softmax(att, dim=-1)
+        att = self.attn_dropout(att)
+        y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
+
+        # output projection
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(Module):
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.c_fc = Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = GELU()
+        self.c_proj = Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = Dropout(config.dropout)
+
+    def forward(self, x):
+        x = self.c_fc(x)
+        x = self.gelu(x)
+        x = self.c_proj(x)
+        return self.dropout(x)
+
+
+class Block(Module):
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(Module):
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if config.vocab_size is None or config.block_size is None:
+            raise ValueError("GPTConfig needs vocab_size and block_size")
+        self.config = config
+        self.transformer = ModuleDict(dict(
+            wte=Embedding(config.vocab_size, config.n_embd),
+            wpe=Embedding(config.block_size, config.n_embd),
+            drop=Dropout(config.dropout),
+            h=ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
+        # weight tying: one tensor, one Storage, one gradient, in both places
+        # https://paperswithcode.com/method/weight-tying
+        self.transformer.wte.weight = self.lm_head.weight
+
+        # init all weights, then a scaled init of the residual projections (GPT-2 paper)
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():
+            if pn.endswith("c_proj.weight"):
+                _normal_(p, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Number of parameters, each tied tensor counted once. With non_embedding, the
+        position embeddings are left out (the token embeddings are counted: they are
+        tied to lm_head's weight, which is used as a projection)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    get_num_params = num_params  # nanoGPT's name
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        # nanoGPT checkpoints made without flash attention carry their causal mask as a
+        # buffer named "attn.bias": not a weight, so skipped (as nanoGPT's from_pretrained)
+        state_dict = {k: v for k, v in state_dict.items() if not k.endswith(".attn.bias")}
+        return super().load_state_dict(state_dict, strict)
+
+    @staticmethod
+    def _init_weights(module: Module) -> None:
+        if isinstance(module, Linear):
+            _normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                _zeros_(module.bias)
+        elif isinstance(module, Embedding):
+            _normal_(module.weight, std=0.02)
+
+    def forward(self, idx, targets=None):
+        B, T = idx.size()
+        if T > self.config.block_size:
+            raise ValueError(f"cannot forward a sequence of length {T}, block size is only "
+                             f"{self.config.block_size}")
+        pos = ta.arange(0, T, dtype=ta.long, device=idx.device)  # (T,)
+
+        # forward the GPT model itself
+        tok_emb = self.transformer.wte(idx)  # token embeddings of shape (B, T, n_embd)
+        pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (T, n_embd)
+        x = self.transformer.drop(tok_emb + pos_emb)
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+
+        if targets is not None:
+            # training: logits everywhere, and the loss (a fused, stable cross-entropy
+            # that saves the logits and one logsumexp per row; -1 targets are ignored)
+            logits = self.lm_head(x)  # (B, T, vocab_size)
+            V = logits.size(-1)
+            loss = F.cross_entropy(logits.view(-1, V), targets.reshape(-1), ignore_index=-1)
+        else:
+            # inference: only the last position's logits are needed (a view, no copy)
+            logits = self.lm_head(x[:, -1:, :])  # (B, 1, vocab_size)
+            loss = None
+        return logits, loss
+
+    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k=None):
+        """Extend idx (B, T) by max_new_tokens sampled tokens, feeding each back in.
+
+        As nanoGPT's, this leaves the mode alone: call model.eval() first to turn dropout
+        off. The context is cropped to the last block_size tokens.
+        """
+        with ta.no_grad():
+            for _ in range(max_new_tokens):
+                bs = self.config.block_size
+                idx_cond = idx if idx.size(1) <= bs else idx[:, -bs:]
+                logits, _ = self(idx_cond)
+                idx_next = sample(logits[:, -1, :], temperature, top_k)  # (B, 1)
+                idx = ta.cat((idx, idx_next), dim=1)
+        return idx
+
+
+def sample(logits, temperature: float = 1.0, top_k=None):
+    """One token per row of logits (B, V) from softmax(logits / temperature), restricted to
+    the top_k most likely tokens if top_k is given: returns (B, 1) int64.
+
+    The engine has no multinomial, so this uses the Gumbel-max trick, which is exact:
+    argmax(logits + G) with G = -log(-log(U)), U ~ Uniform(0, 1) i.i.d., is distributed as
+    softmax(logits). Tokens outside the top k get logit -inf, which never wins. The k-th
+    largest logit (the cutoff, ties kept as torch.topk's) is found by k - 1 rounds of
+    removing the current maximum: O(k V) work with the ops the engine has.
+    """
+    logits = logits / temperature
+    B, V = logits.shape
+    if top_k is not None and top_k < V:
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        rest, columns = logits, ta.arange(V, device=logits.device)
+        for _ in range(top_k - 1):
+            top = rest.argmax(-1, keepdim=True)  # (B, 1)
+            rest = rest.masked_fill(columns == top, float("-inf"))
+        kth, _ = rest.max(-1, keepdim=True)  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    u = ta.rand(B, V, dtype=logits.dtype, device=logits.device).clamp(min=1e-30)
+    gumbel = -((-u.log()).log())
+    return (logits + gumbel).argmax(-1, keepdim=True)
+
+
+def _normal_(t: ta.Tensor, std: float) -> None:
+    """Fill t in place with N(0, std^2) samples (the tensor, and so any tie, is kept)."""
+    with ta.no_grad():
+        t.copy_(ta.randn(*t.shape, dtype=t.dtype, device=t.device) * std)
+
+
+def _zeros_(t: ta.Tensor) -> None:
+    with ta.no_grad():
+        t.zero_()

@@ -1,0 +1,226 @@
+"""Training a GPT: the loop behind examples/train_gpt.py, with exact checkpoint/resume.
+
+A checkpoint is one safetensors file: the model's tensors ("model.*"), the optimizer's
+state ("optim.*"), and JSON metadata with the GPT config, the tokenizer, the step, the
+batch sampler's and the engine's RNG state. Resuming from it continues the run exactly:
+N steps, or N/2 steps + resume + N/2 steps, give bit-identical parameters on CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+
+import tinygrad_attn as ta
+
+from .data import BatchSampler, CharTokenizer, train_val_split
+from .gpt import GPT, GPTConfig
+from .optim import configure_adamw
+from .serialization import flatten_state, load, load_metadata, save, unflatten_state
+from .utils import clip_grad_norm_, cosine_lr
+
+CHECKPOINT = "ckpt.safetensors"
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    steps: int = 300
+    batch_size: int = 16
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup: int = 20
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    eval_iters: int = 4
+    seed: int = 1337
+    device: str = "cpu"
+    out: str | None = None
+    save_every: int = 0  # 0: only at the end
+    sample_tokens: int = 200
+    progress: bool = True
+
+
+class Trainer:
+    """Model, optimizer, data and the loop; `run(until)` trains up to step `until`."""
+
+    def __init__(self, gpt_config: GPTConfig, train_config: TrainConfig, text: str,
+                 tokenizer: CharTokenizer | None = None, log=print) -> None:
+        self.tcfg = train_config
+        self.log = log
+        ta.manual_seed(train_config.seed)
+        self.tokenizer = tokenizer or CharTokenizer(text)
+        ids = ta.tensor(self.tokenizer.encode(text), dtype=ta.int64)
+        if gpt_config.vocab_size < self.tokenizer.vocab_size:
+            gpt_config = dataclasses.replace(gpt_config, vocab_size=self.tokenizer.vocab_size)
+        self.gcfg = gpt_config
+        self.model = GPT(gpt_config).to(train_config.device)
+        self.optimizer = configure_adamw(self.model, train_config.weight_decay,
+                                         train_config.lr)
+        train_ids, val_ids = train_val_split(ids, 0.9)
+        T, B, seed = gpt_config.block_size, train_config.batch_size, train_config.seed
+        self.train_batches = BatchSampler(train_ids, T, B, seed=seed,
+                                          device=train_config.device)
+        self.val_ids = val_ids
+        self.step = 0
+        self.history: list[dict] = []
+
+    # -- one step ----------------------------------------------------------------------
+    def train_step(self) -> dict:
+        cfg = self.tcfg
+        lr = cosine_lr(self.step, cfg.lr, cfg.warmup, cfg.steps, cfg.min_lr)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        x, y = self.train_batches.sample()
+        t0 = time.perf_counter()
+        with ta.memory.step_stats(cfg.device) as stats:
+            _, loss = self.model(x, y)
+            stats.mark_saved(loss)
+            loss.backward()
+            if cfg.grad_clip:
+                clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        dt = time.perf_counter() - t0
+        self.step += 1
+        return {"step": self.step, "loss": loss.item(), "lr": lr, "seconds": dt,
+                "tokens_per_s": x.numel() / dt, "peak_bytes": stats.peak_bytes,
+                "saved_bytes": stats.saved_bytes, "copied_bytes": stats.copied_bytes,
+                "copies": stats.copies}
+
+    @ta.no_grad()
+    def evaluate(self) -> float:
+        """Mean loss over fixed validation windows (the same ones every time)."""
+        self.model.eval()
+        T, B = self.gcfg.block_size, self.tcfg.batch_size
+        sampler = BatchSampler(self.val_ids, T, B, seed=0, device=self.tcfg.device)
+        losses = [self.model(*sampler.sample())[1].item() for _ in range(self.tcfg.eval_iters)]
+        self.model.train()
+        return sum(losses) / len(losses)
+
+    def unigram_entropy(self) -> float:
+        """Entropy (nats) of the validation characters: the loss of a model that learned
+        only character frequencies. A model that learned anything more goes below it."""
+        counts: dict = {}
+        for i in self.val_ids.tolist():
+            counts[i] = counts.get(i, 0) + 1
+        n = sum(counts.values())
+        return -sum(c / n * math.log(c / n) for c in counts.values())
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self, until: int | None = None, memory_report: bool = True) -> list[dict]:
+        cfg = self.tcfg
+        until = cfg.steps if until is None else until
+        bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=until, initial=self.step, unit="step", dynamic_ncols=True)
+        while self.step < until:
+            if memory_report and self.step == 0:
+                with ta.memory.profile() as prof:
+                    rec = self.train_step()
+                self.log(memory_summary(prof))
+            else:
+                rec = self.train_step()
+            if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == until):
+                rec["val_loss"] = self.evaluate()
+                self.log(_format(rec))
+            self.history.append(rec)
+            if bar is not None:
+                bar.set_postfix(loss=f"{rec['loss']:.3f}",
+                                tok_s=f"{rec['tokens_per_s']:.0f}",
+                                peak=f"{rec['peak_bytes'] / 2**20:.0f}MiB")
+                bar.update(1)
+            if cfg.out and cfg.save_every and self.step % cfg.save_every == 0:
+                self.save_checkpoint()
+        if bar is not None:
+            bar.close()
+        if cfg.out:
+            self.save_checkpoint()
+        return self.history
+
+    def sample(self, prompt: str = "\n", max_new_tokens: int | None = None,
+               temperature: float = 0.8, top_k: int | None = 20) -> str:
+        n = self.tcfg.sample_tokens if max_new_tokens is None else max_new_tokens
+        ids = ta.tensor([self.tokenizer.encode(prompt)], dtype=ta.int64,
+                        device=self.tcfg.device)
+        out = self.model.generate(ids, n, temperature=temperature, top_k=top_k)
+        return self.tokenizer.decode(out[0].tolist())
+
+    # -- checkpoints -------------------------------------------------------------------
+    def save_checkpoint(self, path: str | None = None) -> str:
+        path = path or os.path.join(self.tcfg.out, CHECKPOINT)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        optim_tensors, optim_layout = flatten_state(self.optimizer.state_dict(), "optim.")
+        tensors.update(optim_tensors)
+        meta = {
+            "gpt_config": json.dumps(dataclasses.asdict(self.gcfg)),
+            "train_config": json.dumps(dataclasses.asdict(self.tcfg)),
+            "tokenizer": json.dumps(self.tokenizer.to_dict()),
+            "step": str(self.step),
+            "sampler": json.dumps(self.train_batches.state_dict()),
+            "rng": json.dumps(ta.get_rng_state()),
+            "optim_layout": optim_layout,
+        }
+        save(tensors, path, metadata=meta)
+        return path
+
+    @classmethod
+    def from_checkpoint(cls, path: str, text: str, log=print, **overrides) -> Trainer:
+        """A trainer in exactly the state the checkpoint recorded (same config, step,
+        weights, optimizer state, data position and RNG state)."""
+        meta = load_metadata(path)
+        gcfg = GPTConfig(**json.loads(meta["gpt_config"]))
+        tcfg = TrainConfig(**json.loads(meta["train_config"]))
+        tcfg = dataclasses.replace(tcfg, **overrides)
+        tokenizer = CharTokenizer.from_dict(json.loads(meta["tokenizer"]))
+        trainer = cls(gcfg, tcfg, text, tokenizer=tokenizer, log=log)
+        tensors = load(path, device=tcfg.device)
+        model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+        trainer.model.load_state_dict(model_sd, strict=True)
+        optim_sd = unflatten_state(tensors, meta["optim_layout"])
+        trainer.optimizer.load_state_dict(optim_sd)
+        trainer.train_batches.load_state_dict(json.loads(meta["sampler"]))
+        ta.set_rng_state(json.loads(meta["rng"]))
+        trainer.step = int(meta["step"])
+        return trainer
+
+
+def _format(rec: dict) -> str:
+    val = f" val {rec['val_loss']:.4f}" if "val_loss" in rec else ""
+    return (f"step {rec['step']:5d} | loss {rec['loss']:.4f}{val} | lr {rec['lr']:.2e} | "
+            f"{rec['seconds'] * 1e3:7.1f} ms {rec['tokens_per_s']:8.0f} tok/s | peak "
+            f"{rec['peak_bytes'] / 2**20:7.1f} MiB saved {rec['saved_bytes'] / 2**20:6.1f} "
+            f"MiB copied {rec['copied_bytes'] / 2**20:5.2f} MiB ({rec['copies']} copies)")
+
+
+def memory_summary(prof, top: int = 6) -> str:
+    """One screen from the ledger: the peak, bytes by category, who saves what, copies."""
+    s = prof.summary()
+    pk = s["peak"]
+    mib = 2**20
+    lines = [f"memory of the first step: peak {pk['bytes'] / mib:.1f} MiB during "
+             f"{pk['phase']} ({pk['op']}{', ' + pk['scope'] if pk['scope'] else ''}); raw "
+             f"peak above start {(s['raw_peak_bytes'] or 0) / mib:.1f} MiB"]
+    lines.append("  at peak: " + ", ".join(
+        f"{c} {b / mib:.1f}" for c, b in sorted(pk["by_category"].items(), key=lambda x: -x[1])
+        if b) + " MiB")
+    sv = s["saved_peak"]
+    lines.append(f"  saved for backward: {sv['unique_bytes'] / mib:.1f} MiB unique "
+                 f"({sv['nominal_bytes'] / mib:.1f} nominal); by op:")
+    for op, row in sorted(sv["by_op"].items(), key=lambda kv: -kv[1]["unique_bytes"])[:top]:
+        lines.append(f"    {op:<28}{row['unique_bytes'] / mib:8.2f} MiB in {row['nodes']} nodes")
+    copies = s["copies"]
+    by_reason: dict = {}
+    for c in copies:
+        key = (c["reason"], c["op"])
+        by_reason[key] = by_reason.get(key, 0) + c["bytes"]
+    lines.append(f"  copies: {len(copies)}, {sum(c['bytes'] for c in copies) / mib:.2f} MiB")
+    for (reason, op), b in sorted(by_reason.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"    {reason:<16}{op or '-':<24}{b / mib:8.2f} MiB")
+    return "\n".join(lines)
