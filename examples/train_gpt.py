@@ -26,6 +26,8 @@ def parse_args(argv=None):
     g = p.add_argument_group("model (GPTConfig)")
     defaults = nn.GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=128)
     for field in dataclasses.fields(nn.GPTConfig):
+        if field.name == "vocab_size":  # set by the data's tokenizer
+            continue
         value = getattr(defaults, field.name)
         kind = type(value) if value is not None else str
         if kind is bool:
@@ -69,7 +71,8 @@ def main(argv=None) -> Trainer:
         print(f"resumed from {path} at step {trainer.step}")
     else:
         gcfg = nn.GPTConfig(**{f.name: getattr(args, f.name)
-                               for f in dataclasses.fields(nn.GPTConfig)})
+                               for f in dataclasses.fields(nn.GPTConfig)
+                               if f.name != "vocab_size"})
         trainer = Trainer(gcfg, tcfg, text)
     model = trainer.model
     print(f"corpus: {len(text):,} characters, vocabulary {trainer.tokenizer.vocab_size}; "

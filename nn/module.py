@@ -346,6 +346,11 @@ class Module:
         _call_stack.append(self)
         try:
             with ta.memory.scope(self._qualified_name()):
+                if len(_call_stack) == 1 and ta.memory.current_phase() == "other":
+                    # the root call of a model is the forward phase (unless the caller set
+                    # another phase, e.g. evaluation inside the optimizer's)
+                    with ta.memory.phase("forward"):
+                        return self.forward(*args, **kwargs)
                 return self.forward(*args, **kwargs)
         finally:
             _call_stack.pop()

@@ -27,14 +27,14 @@ CHECKPOINT = "ckpt.safetensors"
 
 @dataclasses.dataclass
 class TrainConfig:
-    steps: int = 300
+    steps: int = 600
     batch_size: int = 16
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup: int = 20
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    eval_every: int = 50
+    eval_every: int = 100
     eval_iters: int = 4
     seed: int = 1337
     device: str = "cpu"
@@ -54,8 +54,8 @@ class Trainer:
         ta.manual_seed(train_config.seed)
         self.tokenizer = tokenizer or CharTokenizer(text)
         ids = ta.tensor(self.tokenizer.encode(text), dtype=ta.int64)
-        if gpt_config.vocab_size < self.tokenizer.vocab_size:
-            gpt_config = dataclasses.replace(gpt_config, vocab_size=self.tokenizer.vocab_size)
+        # the data defines the vocabulary
+        gpt_config = dataclasses.replace(gpt_config, vocab_size=self.tokenizer.vocab_size)
         self.gcfg = gpt_config
         self.model = GPT(gpt_config).to(train_config.device)
         self.optimizer = configure_adamw(self.model, train_config.weight_decay,
@@ -211,8 +211,9 @@ def memory_summary(prof, top: int = 6) -> str:
         f"{c} {b / mib:.1f}" for c, b in sorted(pk["by_category"].items(), key=lambda x: -x[1])
         if b) + " MiB")
     sv = s["saved_peak"]
-    lines.append(f"  saved for backward: {sv['unique_bytes'] / mib:.1f} MiB unique "
-                 f"({sv['nominal_bytes'] / mib:.1f} nominal); by op:")
+    lines.append(f"  saved for backward: {sv['unique_bytes_without_parameters'] / mib:.1f} MiB "
+                 f"of activations ({sv['unique_bytes'] / mib:.1f} MiB with the parameters "
+                 "nodes keep); by op, unique bytes:")
     for op, row in sorted(sv["by_op"].items(), key=lambda kv: -kv[1]["unique_bytes"])[:top]:
         lines.append(f"    {op:<28}{row['unique_bytes'] / mib:8.2f} MiB in {row['nodes']} nodes")
     copies = s["copies"]

@@ -434,7 +434,8 @@ class Profile:
         """Saved-for-backward at the moment it peaked: by op and by module."""
         tr = self._tracker
         if t < 0:
-            return {"t": t, "unique_bytes": 0, "nominal_bytes": 0, "by_op": {},
+            return {"t": t, "unique_bytes": 0, "unique_bytes_without_parameters": 0,
+                    "nominal_bytes": 0, "by_op": {},
                     "by_module": {}, "nodes": []}
         _, saved_count, holders = self._replay_until(t)
         nodes = {}
@@ -462,6 +463,9 @@ class Profile:
         return {
             "t": t,
             "unique_bytes": sum(tr.info[s]["bytes"] for s in unique_sids),
+            "unique_bytes_without_parameters": sum(
+                tr.info[s]["bytes"] for s in unique_sids
+                if tr.category(s, {}) != "parameter"),
             "nominal_bytes": sum(r["nominal_bytes"] for r in node_rows),
             "by_op": by_op, "by_module": by_module, "nodes": node_rows,
         }
@@ -545,7 +549,9 @@ class Profile:
         sv = s["saved_peak"]
         lines.append("")
         lines.append(f"Saved for backward at its peak (event {sv['t']}): "
-                     f"{fmt_bytes(sv['unique_bytes'])} unique, "
+                     f"{fmt_bytes(sv['unique_bytes'])} unique "
+                     f"({fmt_bytes(sv['unique_bytes_without_parameters'])} without the "
+                     "parameters nodes keep), "
                      f"{fmt_bytes(sv['nominal_bytes'])} nominal (views of one storage count "
                      "once in 'unique')")
         for title, table in (("by op", sv["by_op"]), ("by module", sv["by_module"])):
@@ -752,8 +758,12 @@ def step_stats(device: str = "cpu") -> StepStats:
     return StepStats(device)
 
 
-def saved_bytes(output) -> int:
-    """Unique bytes (each storage once) held for backward by the graph behind `output`."""
+def saved_bytes(output, include_parameters: bool = False) -> int:
+    """Unique bytes (each storage once) held for backward by the graph behind `output`.
+
+    Parameters a node keeps (a Linear's weight) are left out unless asked for: they are
+    alive anyway, so they are not what saving for backward costs.
+    """
     seen_nodes, seen_storages = set(), {}
     stack = [output.grad_fn] if output.grad_fn is not None else []
     while stack:
@@ -763,7 +773,8 @@ def saved_bytes(output) -> int:
         seen_nodes.add(id(node))
         for t in node.saved_tensor_list():
             st = t.untyped_storage()
-            seen_storages[st.id] = st.nbytes
+            if include_parameters or st.category != "parameter":
+                seen_storages[st.id] = st.nbytes
         stack.extend(edge[0] for edge in node.next_functions if edge is not None)
     return sum(seen_storages.values())
 
