@@ -22,6 +22,7 @@ from tinygrad_attn.functional import (
     minimum,
     relu,
     rsqrt,
+    scaled_dot_product_attention,
     sigmoid,
     silu,
     softmax,
@@ -50,6 +51,6 @@ def linear(x, weight, bias=None):
 __all__ = [
     "cat", "clamp", "cross_entropy", "dropout", "embedding", "exp", "gather", "gelu",
     "index_select", "layer_norm", "linear", "log", "log_softmax", "logsumexp", "masked_fill",
-    "matmul", "maximum", "minimum", "relu", "rsqrt", "sigmoid", "silu", "softmax", "sqrt",
-    "stack", "tanh", "tril", "triu", "where",
+    "matmul", "maximum", "minimum", "relu", "rsqrt", "scaled_dot_product_attention", "sigmoid",
+    "silu", "softmax", "sqrt", "stack", "tanh", "tril", "triu", "where",
 ]

@@ -2,9 +2,10 @@
 
 Read top to bottom: attention, MLP, a transformer block, the model. Parameter names are
 nanoGPT's (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, lm_head.weight).
-The attention is written with views only: one split of the fused qkv projection and
-transposes that are strided views, so the only copy in the block is the explicit
-.contiguous() that merges the heads back.
+The default attention ("views") is written with views only: one split of the fused qkv
+projection and transposes that are strided views, so the only copy in the block is the
+explicit .contiguous() that merges the heads back. "naive" reproduces the copies of the
+motivating story, "flash" the memory-efficient blocked op (see CausalSelfAttention).
 """
 
 from __future__ import annotations
@@ -28,10 +29,26 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = True  # bias in Linears and LayerNorms, as GPT-2; False is a bit better
-    attn: str = "views"  # how attention is computed; "views" is the only one so far
+    attn: str = "views"  # "naive", "views" or "flash": see CausalSelfAttention
+    checkpoint: bool = False  # recompute each Block in backward instead of saving its insides
+    attn_block_size: int = 128  # the query/key tile of "flash"
+
+
+ATTENTION = ("naive", "views", "flash")
 
 
 class CausalSelfAttention(Module):
+    """Multi-head causal self-attention, three ways (GPTConfig.attn):
+
+    "naive"  the direct port of the motivating story: three slices of qkv, heads made
+             with permute + contiguous() copies (as Julia's permutedims), an explicit
+             additive -inf mask tensor, softmax, batched matmul, permute + copy back.
+    "views"  the idiom: one split, view + transpose views fed to the matmuls, a masked
+             softmax; the only copy is the contiguous() that merges the heads.
+    "flash"  F.scaled_dot_product_attention: one blocked op that never forms the T x T
+             matrix and saves only q, k, v, the output and a logsumexp per row.
+    All three compute the same function, with the same parameters.
+    """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -39,9 +56,16 @@ class CausalSelfAttention(Module):
             raise ValueError(
                 f"n_embd ({config.n_embd}) must be divisible by n_head ({config.n_head})"
             )
-        if config.attn != "views":
+        if config.attn not in ATTENTION:
             raise ValueError(f"unknown attention implementation {config.attn!r}; "
-                             "expected 'views'")
+                             f"expected one of {ATTENTION}")
+        if config.attn == "flash" and config.dropout > 0:
+            raise ValueError("attn='flash' has no attention dropout; use dropout=0.0 or "
+                             "attn='views'")
+        if config.attn == "flash" and config.attn_block_size <= 0:
+            raise ValueError(f"attn_block_size must be positive, got {config.attn_block_size}")
+        self.attn = config.attn
+        self.attn_block_size = config.attn_block_size
         # key, query, value projections for all heads, in one matrix
         self.c_attn = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         # output projection
@@ -54,8 +78,19 @@ class CausalSelfAttention(Module):
         bs = config.block_size
         future = ta.ones(bs, bs).tril() == 0
         self.register_buffer("mask", future.view(1, 1, bs, bs), persistent=False)
+        if config.attn == "naive":  # the story's additive mask: 0 below, -inf above
+            neg = ta.zeros(bs, bs).masked_fill(future, float("-inf"))
+            self.register_buffer("neg_mask", neg, persistent=False)
 
     def forward(self, x):
+        if self.attn == "naive":
+            y = self._naive(x)
+        else:
+            y = self._views(x)
+        # output projection
+        return self.resid_dropout(self.c_proj(y))
+
+    def _views(self, x):
         B, T, C = x.size()  # batch size, sequence length, embedding dimensionality (n_embd)
         nh, hs = self.n_head, C // self.n_head
 
@@ -65,16 +100,36 @@ class CausalSelfAttention(Module):
         q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
 
-        # causal self-attention: (B, nh, T, hs) x (B, nh, hs, T) -> (B, nh, T, T)
-        att = (q @ k.mT) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.mask[:, :, :T, :T], float("-inf"))
+        if self.attn == "flash":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               block_size=self.attn_block_size)
+        else:
+            # causal self-attention: (B, nh, T, hs) x (B, nh, hs, T) -> (B, nh, T, T)
+            att = (q @ k.mT) * (1.0 / math.sqrt(hs))
+            att = att.masked_fill(self.mask[:, :, :T, :T], float("-inf"))
+            att = F.softmax(att, dim=-1)
+            att = self.attn_dropout(att)
+            y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        return y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
+
+    def _naive(self, x):
+        B, T, C = x.size()
+        nh, hs = self.n_head, C // self.n_head
+        qkv = self.c_attn(x)  # (B, T, 3C)
+        # three slices (the story's view(qkv, 1:n_embd, :, :) ...), not one split
+        q = qkv[:, :, :C]
+        k = qkv[:, :, C:2 * C]
+        v = qkv[:, :, 2 * C:]
+        # heads by permutedims: a permute that copies, as Julia's permutedims does
+        q = q.reshape(B, T, nh, hs).permute(0, 2, 1, 3).contiguous()  # (B, nh, T, hs) copy
+        k = k.reshape(B, T, nh, hs).permute(0, 2, 3, 1).contiguous()  # (B, nh, hs, T) copy
+        v = v.reshape(B, T, nh, hs).permute(0, 2, 1, 3).contiguous()  # (B, nh, T, hs) copy
+        att = (q @ k) * (1.0 / math.sqrt(hs))  # (B, nh, T, T)
+        att = att + self.neg_mask[:T, :T]  # an explicit additive -inf mask: a new T x T
         att = F.softmax(att, dim=-1)
         att = self.attn_dropout(att)
-        y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
-
-        # output projection
-        return self.resid_dropout(self.c_proj(y))
+        y = att @ v  # (B, nh, T, hs)
+        return y.permute(0, 2, 1, 3).contiguous().reshape(B, T, C)  # copy back
 
 
 class MLP(Module):
@@ -170,8 +225,15 @@ class GPT(Module):
         tok_emb = self.transformer.wte(idx)  # token embeddings of shape (B, T, n_embd)
         pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (T, n_embd)
         x = self.transformer.drop(tok_emb + pos_emb)
+        checkpointing = self.config.checkpoint and ta.is_grad_enabled()
         for block in self.transformer.h:
-            x = block(x)
+            if checkpointing:
+                # save only the block's input; recompute its insides in backward (under
+                # the block's own ledger scope, so the recompute is attributed to it)
+                with ta.memory.scope(block.scope_name()):
+                    x = ta.checkpoint(block, x)
+            else:
+                x = block(x)
         x = self.transformer.ln_f(x)
 
         if targets is not None:

@@ -43,6 +43,7 @@ def is_parameter(value) -> bool:
 # submodule; any change to any module tree bumps this counter and so invalidates them.
 _structure_version = 0
 _call_stack: list = []  # the modules whose forward is running, outermost first
+_root_prefix = [""]  # the ledger scope the outermost running module was called under
 
 
 def _tree_changed() -> None:
@@ -344,8 +345,11 @@ class Module:
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
         _call_stack.append(self)
+        is_root = len(_call_stack) == 1
+        if is_root:  # a root called inside a scope (a checkpoint's recompute) extends it
+            prev_prefix, _root_prefix[0] = _root_prefix[0], ta.memory.current_scope()
         try:
-            with ta.memory.scope(self._qualified_name()):
+            with ta.memory.scope(self.scope_name()):
                 if len(_call_stack) == 1 and ta.memory.current_phase() == "other":
                     # the root call of a model is the forward phase (unless the caller set
                     # another phase, e.g. evaluation inside the optimizer's)
@@ -354,6 +358,16 @@ class Module:
                 return self.forward(*args, **kwargs)
         finally:
             _call_stack.pop()
+            if is_root:
+                _root_prefix[0] = prev_prefix
+
+    def scope_name(self) -> str:
+        """The memory-ledger scope of this module in the running call: its dotted name
+        from the root, under the scope the root was called in."""
+        name, prefix = self._qualified_name(), _root_prefix[0]
+        if prefix:
+            return f"{prefix}.{name}" if name else prefix
+        return name
 
     def _qualified_name(self) -> str:
         """This module's dotted name from the root of the running call (cached)."""

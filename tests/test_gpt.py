@@ -116,7 +116,9 @@ def test_config_errors():
     with pytest.raises(ValueError, match="block size"):
         model(ta.zeros(1, 17, dtype=ta.long))
     with pytest.raises(ValueError, match="attention implementation"):
-        nn.GPT(nn.GPTConfig(**CONFIG, attn="naive"))
+        nn.GPT(nn.GPTConfig(**CONFIG, attn="bogus"))
+    with pytest.raises(ValueError, match="no attention dropout"):
+        nn.GPT(nn.GPTConfig(**CONFIG, attn="flash", dropout=0.1))
     with pytest.raises(ValueError, match="divisible"):
         nn.GPT(nn.GPTConfig(**dict(CONFIG, n_head=5)))
 
@@ -224,3 +226,35 @@ def test_sampler_is_exact_and_respects_top_k_and_temperature():
     tied = ta.tensor([[3.0, 1.0, 3.0, 0.0]]).expand(2000, 4)
     picks = sample(tied, top_k=1).numpy()[:, 0]
     assert set(picks.tolist()) == {0, 2}
+
+
+@pytest.mark.parametrize("attn", ["naive", "flash"])
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_attention_implementations_and_checkpointing_agree(attn, checkpoint):
+    """naive / views / flash, with and without block checkpointing: the same loss and the
+    same gradients (float64, 1e-6), from the same weights."""
+    def run(**kw):
+        ta.manual_seed(3)
+        model = nn.GPT(nn.GPTConfig(**dict(CONFIG, attn_block_size=3), **kw)).double()
+        idx = ta.randint(0, 13, (3, 16))
+        _, loss = model(idx, (idx + 1) % 13)
+        loss.backward()
+        return loss.item(), {k: p.grad.numpy().copy() for k, p in model.named_parameters()}
+
+    ref_loss, ref_grads = run(attn="views")
+    loss, grads = run(attn=attn, checkpoint=checkpoint)
+    assert loss == pytest.approx(ref_loss, rel=1e-12)
+    for k in ref_grads:
+        np.testing.assert_allclose(grads[k], ref_grads[k], rtol=1e-6, atol=1e-10, err_msg=k)
+
+
+def test_checkpointed_recompute_keeps_the_block_scope():
+    model = nn.GPT(nn.GPTConfig(**CONFIG, checkpoint=True))
+    idx = ta.randint(0, 13, (2, 8))
+    with ta.memory.profile() as prof:
+        _, loss = model(idx, idx)
+        loss.backward()
+    backward_scopes = {e["scope"] for e in prof.events
+                       if e["kind"] == "alloc" and e["phase"] == "backward"}
+    assert "transformer.h.0.attn.c_attn" in backward_scopes
+    assert "transformer.h.1.mlp.c_fc" in backward_scopes

@@ -670,3 +670,12 @@ def test_inplace_mul_by_itself_is_right_or_refused():
         assert "in-place" in str(e) or "inplace" in str(e)
     else:
         assert ok
+
+
+def test_remainder_and_floor_divide():
+    x = ta.randn(3, 4, dtype=F64, requires_grad=True)
+    y = (ta.rand(4, 3, dtype=F64) + 0.5).requires_grad_()
+    assert ta.gradcheck(lambda x, y: (x * 3) % y.T, [x, y])  # y transposed: non-contiguous
+    assert ta.gradcheck(lambda x: 2.5 % (x.abs() + 1), [x])
+    assert (ta.arange(-4, 5) % 3).tolist() == [2, 0, 1, 2, 0, 1, 2, 0, 1]  # Python's sign
+    assert (ta.arange(-4, 5) // 3).tolist() == [-2, -1, -1, -1, 0, 0, 0, 1, 1]

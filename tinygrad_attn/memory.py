@@ -83,6 +83,10 @@ def current_phase() -> str:
     return _storage.current["phase"]
 
 
+def current_scope() -> str:
+    return _storage.current["scope"]
+
+
 def tag(tensor, category: str) -> None:
     """Label the Storage under `tensor` with a category (e.g. 'parameter')."""
     if category not in TAGS:

@@ -148,6 +148,39 @@ class Pow(Function):
         return ga, gb
 
 
+class Remainder(Function):
+    """y = a mod b (sign of b, as Python's %);  ga = g, gb = -g * floor(a / b). Saves a, b."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        A, B, xp = _binary_arrays("remainder", a, b)
+        ctx.shapes = (_shape(a), _shape(b))
+        ctx.scalars = (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
+        nb = ctx.needs_input_grad[1]
+        ctx.save_for_backward(a if nb and type(a) is Tensor else None,
+                              b if nb and type(b) is Tensor else None)
+        return _wrap(xp.remainder(A, B))
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        na, nb = ctx.needs_input_grad
+        ga = unbroadcast(g, ctx.shapes[0]) if na else None
+        gb = None
+        if nb:
+            xp = backend.xp_for(g.device)
+            A = ctx.scalars[0] if a is None else a._array()
+            B = ctx.scalars[1] if b is None else b._array()
+            gb = unbroadcast(_wrap(-g._array() * xp.floor(A / B)), ctx.shapes[1])
+        return ga, gb
+
+
+def floor_divide(a, b) -> Tensor:
+    """a // b, elementwise (not differentiable: its derivative is zero almost everywhere)."""
+    A, B, xp = _binary_arrays("floor_divide", a, b)
+    return _wrap(xp.floor_divide(A, B))
+
+
 class _MinMax(Function):
     """y = max(a, b) (or min);  the gradient goes to the chosen input, split evenly on ties.
 
@@ -453,6 +486,7 @@ def sub(a, b): return Sub.apply(a, b)
 def mul(a, b): return Mul.apply(a, b)
 def div(a, b): return Div.apply(a, b)
 def pow(a, b): return Pow.apply(a, b)  # noqa: A001
+def remainder(a, b): return Remainder.apply(a, b)
 def maximum(a, b): return Maximum.apply(a, b)
 def minimum(a, b): return Minimum.apply(a, b)
 def neg(x): return Neg.apply(x)
