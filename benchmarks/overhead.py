@@ -110,9 +110,8 @@ def np_slice(x, g):
 
 
 def np_split(x, g):
-    a, b = x[:2], x[2:]
-    a * b
-    return [np.concatenate([g * b, g * a])]
+    x[:2], x[2:]  # two views; their two seed gradients assemble into one buffer
+    return [np.concatenate([g, g])]
 
 
 def np_cat(a, b, g):
@@ -144,11 +143,8 @@ def mlp(lib, w1, b1, w2, b2, x):
     return (h @ w2 + b2).relu().sum()
 
 
-def split_mul(lib, x):
-    # Seeding both pieces of one split directly leaves x.grad None in the engine (a bug, see
-    # the note printed under the table), so both pieces feed one mul whose output is seeded.
-    a, b = x.split(2, 0)
-    return a * b
+def split(lib, x):
+    return x.split(2, 0)  # both pieces are seeded
 
 
 INDEX_TENSOR = {ta: ta.tensor(INDEX)}  # made once, like the NumPy array
@@ -175,7 +171,7 @@ CASES = {  # name: (input shapes, output shape, numpy by hand, forward for ta an
                              lambda lib, x: x.transpose(0, 1).contiguous()),
     "view/reshape": ([S], (2, 8), np_reshape, lambda lib, x: x.view(2, 8)),
     "getitem slice": ([S], (2, 2), np_slice, lambda lib, x: x[1:3, ::2]),
-    "split": ([S], (2, 4), np_split, split_mul),
+    "split": ([S], (2, 4), np_split, split),
     "cat": ([S, S], (8, 4), np_cat, lambda lib, a, b: lib.cat([a, b])),
     "index_select": ([S], S, np_index_select, index_select),
     # parameters need grads; the data input (last, not a leaf that needs grad) does not
@@ -309,8 +305,6 @@ def markdown(rows: list[dict]) -> str:
     m = machine()
     ratio = summary(rows)
     median = f"median engine/torch {ratio:.2f}x" if ratio else "torch not installed"
-    lines.append("\nsplit: the two pieces feed one `a * b` (one extra mul in every column):")
-    lines.append("seeding both pieces of a split directly leaves x.grad None (an engine bug).")
     lines.append(
         f"{median}; {m['processor']}, {m['cpu_count']} CPUs, Python {m['python']}, "
         f"numpy {m['numpy']}, torch {m['torch'] or '-'}"

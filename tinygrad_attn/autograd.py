@@ -336,39 +336,35 @@ def _materialize(g):
     return g.materialize() if type(g) is SliceGrad else g
 
 
-class _Slot:
-    """A pending gradient for one output of a node, and whether the engine owns it."""
+def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool) -> str:
+    """Add one more gradient into pending[nr]; says 'first', 'in-place' or 'new-buffer'.
 
-    __slots__ = ("grad", "owned")
-
-    def __init__(self, grad, owned: bool):
-        self.grad, self.owned = grad, owned
-
-    def add(self, g, owned: bool) -> str:
-        """Take one more gradient; says 'first', 'in-place' or 'new-buffer'."""
-        cur = self.grad
-        if cur is None:
-            self.grad, self.owned = g, owned
-            return "first"
-        how = "in-place"
-        if type(cur) is SliceGrad:  # first real accumulation: one base-sized buffer
-            cur = cur.materialize()
-            self.grad, self.owned = cur, True
-            how = "new-buffer"
-        if self.owned:
-            if type(g) is SliceGrad:
-                g.add_into(cur)
-            else:
-                _add_inplace(cur, g)
-            return how
-        # the pending gradient is shared (e.g. passed through an add): sum out of place once
+    `owned[nr]` says whether the engine alone holds the pending buffer, so it may add into
+    it in place; a pending gradient that is shared (passed through an add, say) is summed
+    out of place once, and that new buffer is then owned.
+    """
+    cur = pending[nr]
+    if cur is None:
+        pending[nr], owned[nr] = g, is_owned
+        return "first"
+    how = "in-place"
+    if type(cur) is SliceGrad:  # first real accumulation: one base-sized buffer
+        cur = pending[nr] = cur.materialize()
+        owned[nr] = True
+        how = "new-buffer"
+    if owned[nr]:
         if type(g) is SliceGrad:
-            buf = g.materialize()
-            _add_inplace(buf, cur)
+            g.add_into(cur)
         else:
-            buf = from_array(cur._array() + g._array())
-        self.grad, self.owned = buf, True
-        return "new-buffer"
+            _add_inplace(cur, g)
+        return how
+    if type(g) is SliceGrad:
+        buf = g.materialize()
+        _add_inplace(buf, cur)
+    else:
+        buf = from_array(cur._array() + g._array())
+    pending[nr], owned[nr] = buf, True
+    return "new-buffer"
 
 
 def _add_inplace(target: Tensor, g: Tensor) -> None:
@@ -439,12 +435,12 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
                 )
             capture_at.setdefault(gradient_edge(t), []).append(i)
 
-    slots: dict = {}
+    slots: dict = {}  # node -> (pending gradients, owned flags), one entry per output
     for (node, nr), g in zip(edges, grad_roots):
-        node_slots = slots.get(node)
-        if node_slots is None:
-            node_slots = slots[node] = _new_slots(node)
-        node_slots[nr].add(g, False)
+        entry = slots.get(node)
+        if entry is None:
+            entry = slots[node] = _new_slots(node)
+        _accumulate(entry[0], entry[1], nr, g, False)
 
     heap = []
     for node in {n for n, _ in edges}:
@@ -453,16 +449,10 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
 
     while heap:
         _, _, node = heapq.heappop(heap)
-        node_slots = slots.pop(node, None) or _new_slots(node)
-        grads, owned = [], []
-        for slot in node_slots:
-            g = slot.grad
+        grads, owned = slots.pop(node, None) or _new_slots(node)
+        for i, g in enumerate(grads):
             if type(g) is SliceGrad:
-                grads.append(g.materialize())
-                owned.append(True)
-            else:
-                grads.append(g)
-                owned.append(slot.owned)
+                grads[i], owned[i] = g.materialize(), True
         if node._pre_hooks:
             _run_hooks(node._pre_hooks, grads, owned)
         if isinstance(node, AccumulateGrad):
@@ -487,7 +477,7 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
                     t.grad = grads[nr] if t.grad is None else t.grad + grads[nr]
                     owned[nr] = False  # now visible as t.grad
 
-        if all(g is None for g in grads):
+        if _count_is(grads, None) == len(grads):
             results = (None,) * len(node.next_functions)
         else:
             results = _call_backward(node, grads)
@@ -499,24 +489,22 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
         # else may hold, and not returned for two inputs at once.
         # An incoming gradient the engine owned may pass its ownership on to a view of it
         # (the gradient of a transpose is a transpose of the gradient).
-        shared_in = {id(g._storage) for g, own in zip(grads, owned) if g is not None and not own}
-        returned: dict = {}
-        for g in results:
-            if g is not None:
-                sid = id((g.grad if type(g) is SliceGrad else g)._storage)
-                returned[sid] = returned.get(sid, 0) + 1
+        shared_in = [g._storage for g, own in zip(grads, owned) if g is not None and not own]
+        returned = [(g.grad if type(g) is SliceGrad else g)._storage
+                    for g in results if g is not None]
         for edge, g in zip(node.next_functions, results):
             if edge is None:
                 continue
             nxt, nr = edge
             if g is not None:
                 base = g.grad if type(g) is SliceGrad else g
-                sid = id(base._storage)
-                is_owned = sid not in shared_in and returned[sid] == 1 and _dense(base)
-                nxt_slots = slots.get(nxt)
-                if nxt_slots is None:
-                    nxt_slots = slots[nxt] = _new_slots(nxt)
-                how = nxt_slots[nr].add(g, is_owned)
+                st = base._storage
+                is_owned = (_count_is(returned, st) == 1 and not _count_is(shared_in, st)
+                            and _dense(base))
+                entry = slots.get(nxt)
+                if entry is None:
+                    entry = slots[nxt] = _new_slots(nxt)
+                how = _accumulate(entry[0], entry[1], nr, g, is_owned)
                 if how != "first":
                     for obs in storage_mod.observers:
                         if hasattr(obs, "on_accumulate"):
@@ -542,9 +530,18 @@ def _run_hooks(hooks_by_output: dict, grads: list, owned: list) -> None:
                     grads[nr], owned[nr] = new, False
 
 
-def _new_slots(node) -> list:
-    n = len(node._outputs_meta) if not isinstance(node, AccumulateGrad) else 1
-    return [_Slot(None, False) for _ in range(max(n, 1))]
+def _new_slots(node) -> tuple:
+    n = len(node._outputs_meta) or 1
+    return [None] * n, [False] * n
+
+
+def _count_is(items: list, x) -> int:
+    """How many of items are x itself (identity, not equality)."""
+    n = 0
+    for item in items:
+        if item is x:
+            n += 1
+    return n
 
 
 def _call_backward(node: Node, grads: list):
