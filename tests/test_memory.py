@@ -247,3 +247,55 @@ def test_counters_outside_a_profile():
     del a, b
     assert memory.max_live_bytes() == base + 8000
     assert memory.live_bytes() == base
+
+
+def test_emulated_permute_copies():
+    x = ta.randn(4, 6, 8)
+    with memory.emulate(permute_copies=True):
+        with memory.profile() as prof:
+            y = x.permute(2, 0, 1)
+            z = x.transpose(0, 1)
+    assert not y.shares_storage(x) and not z.shares_storage(x)
+    assert [c["reason"] for c in prof.summary()["copies"]] == ["permute-copy"] * 2
+    np.testing.assert_array_equal(y.numpy(), x.numpy().transpose(2, 0, 1))
+    assert x.permute(2, 0, 1).shares_storage(x)  # the habit ends with the block
+
+
+def _three_slices_step():
+    x = ta.randn(4, 6, requires_grad=True)
+    w = ta.randn(6, 18)
+    qkv = x @ w                                   # (4, 18) float32: 288 bytes
+    q, k, v = qkv[:, :6], qkv[:, 6:12], qkv[:, 12:]
+    return (q * k + v).sum(), qkv.nbytes
+
+
+def test_emulated_slice_grad_full_allocates_a_base_per_slice():
+    for full, expected in ((False, 1), (True, 3)):
+        loss, base_bytes = _three_slices_step()
+        with memory.emulate(slice_grad_full=full), memory.profile() as prof:
+            loss.backward()
+        slice_grads = [c for c in prof.summary()["copies"] if c["reason"] == "slice-grad"]
+        assert len(slice_grads) == expected
+        assert all(c["bytes"] == base_bytes for c in slice_grads)
+
+
+def test_emulated_out_of_place_grad_accumulation():
+    x = ta.randn(32, 32, requires_grad=True)
+    with memory.emulate(inplace_grad_accumulation=False), memory.profile() as prof:
+        h = x * 2
+        (h.exp().sum() + h.tanh().sum() + (h * 3).sum()).backward()
+    fan = [f for f in prof.summary()["fanout"] if f["node"] == "MulBackward"][0]
+    assert fan["in_place"] == 0 and fan["new_buffer"] == 2
+    reasons = [c["reason"] for c in prof.summary()["copies"]]
+    assert reasons.count("grad-accumulate") == 2
+
+
+def test_emulated_late_free_keeps_saved_tensors_to_the_end_of_backward():
+    def peak(late):
+        x = ta.randn(64, 64, requires_grad=True)
+        loss = x.exp().tanh().exp().tanh().sum()   # each op saves a (64, 64) output
+        with memory.emulate(late_free=late), memory.profile() as prof:
+            loss.backward()
+        return prof.summary()["tensor_peak_above_start"]
+
+    assert peak(True) > peak(False)

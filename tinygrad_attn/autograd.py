@@ -347,6 +347,12 @@ def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool) -> str:
     if cur is None:
         pending[nr], owned[nr] = g, is_owned
         return "first"
+    if not storage_mod.habits["inplace_grad_accumulation"]:  # the emulated habit
+        a = cur.materialize() if type(cur) is SliceGrad else cur
+        b = g.materialize() if type(g) is SliceGrad else g
+        pending[nr] = from_array(a._array() + b._array(), "grad-accumulate")
+        owned[nr] = True
+        return "new-buffer"
     how = "in-place"
     if type(cur) is SliceGrad:  # first real accumulation: one base-sized buffer
         cur = pending[nr] = cur.materialize()
@@ -435,6 +441,7 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
                 )
             capture_at.setdefault(gradient_edge(t), []).append(i)
 
+    late_free = [] if storage_mod.habits["late_free"] else None
     slots: dict = {}  # node -> (pending gradients, owned flags), one entry per output
     for (node, nr), g in zip(edges, grad_roots):
         entry = slots.get(node)
@@ -482,6 +489,8 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
         else:
             results = _call_backward(node, grads)
         if not retain_graph:
+            if late_free is not None:  # the emulated habit: keep saved tensors to the end
+                late_free.append(node._saved)
             node.release()
 
         # A returned gradient the engine may later add into in place must be a contiguous

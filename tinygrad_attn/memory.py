@@ -783,6 +783,33 @@ def saved_bytes(output, include_parameters: bool = False) -> int:
     return sum(seen_storages.values())
 
 
+# ----------------------------------------------------------------------------- habits
+@contextlib.contextmanager
+def emulate(permute_copies: bool = False, inplace_grad_accumulation: bool = True,
+            slice_grad_full: bool = False, late_free: bool = False):
+    """Reproduce, inside this engine, the habits behind the motivating story:
+
+    permute_copies             permute/transpose materialize (Julia's permutedims);
+                               copies carry the reason 'permute-copy'
+    inplace_grad_accumulation  False: every sum of two gradients allocates a new buffer
+                               (reason 'grad-accumulate'), as the story's engine did
+    slice_grad_full            each basic slice's backward allocates a base-sized zero
+                               gradient (as PyTorch and Zygote do for indexing); split
+                               still assembles one buffer
+    late_free                  saved tensors are freed only when backward ends, as with a
+                               garbage-collected allocator
+    """
+    new = {"permute_copies": permute_copies,
+           "inplace_grad_accumulation": inplace_grad_accumulation,
+           "slice_grad_full": slice_grad_full, "late_free": late_free}
+    prev = dict(_storage.habits)
+    _storage.habits.update(new)
+    try:
+        yield
+    finally:
+        _storage.habits.update(prev)
+
+
 # ----------------------------------------------------------------------------- limit
 _limit_tracker: list = []
 

@@ -18,6 +18,11 @@ _ids = itertools.count(1)
 # copy is being made (set by the copying ops). The memory ledger reads these.
 current = {"op": None, "call": None, "phase": "other", "scope": "", "category": None}
 
+# Habits of other engines that ta.memory.emulate() switches on, so the cost of each can be
+# measured inside this one engine (see memory.emulate for what each does).
+habits = {"permute_copies": False, "inplace_grad_accumulation": True,
+          "slice_grad_full": False, "late_free": False}
+
 # An emulated device size (ta.memory.set_limit): an allocation past it raises
 # OutOfMemoryError. `oom_report` (installed by the memory module) describes what holds
 # memory at that moment.

@@ -12,6 +12,7 @@ from .. import backend
 from .. import shape as shp
 from ..autograd import Function, SliceGrad
 from ..errors import ShapeError
+from ..storage import habits
 from ..tensor import Tensor, _make, from_array
 
 
@@ -90,7 +91,8 @@ class Permute(Function):
             )
         dims = shp.normalize_dims(dims, x.ndim, "permute")
         ctx.inverse = tuple(sorted(range(len(dims)), key=dims.__getitem__))
-        return _view(x, tuple(x.shape[d] for d in dims), tuple(x._strides[d] for d in dims))
+        out = _view(x, tuple(x.shape[d] for d in dims), tuple(x._strides[d] for d in dims))
+        return _permute_copy(out) if habits["permute_copies"] else out
 
     @staticmethod
     def backward(ctx, g):
@@ -108,11 +110,17 @@ class Transpose(Function):
         shape, strides = list(x.shape), list(x._strides)
         shape[d0], shape[d1] = shape[d1], shape[d0]
         strides[d0], strides[d1] = strides[d1], strides[d0]
-        return _view(x, tuple(shape), tuple(strides))
+        out = _view(x, tuple(shape), tuple(strides))
+        return _permute_copy(out) if habits["permute_copies"] else out
 
     @staticmethod
     def backward(ctx, g):
         return g.transpose(*ctx.dims)
+
+
+def _permute_copy(view: Tensor) -> Tensor:
+    """The emulated habit of Julia's permutedims: the permuted tensor is materialized."""
+    return from_array(backend.copy(view._array()), "permute-copy")
 
 
 def permute(x, dims):
@@ -277,7 +285,10 @@ class Slice(Function):
 
     @staticmethod
     def backward(ctx, g):
-        return SliceGrad(ctx.in_shape, ctx.index, g)
+        grad = SliceGrad(ctx.in_shape, ctx.index, g)
+        if habits["slice_grad_full"]:  # the emulated habit: a full zero gradient per slice
+            return grad.materialize()
+        return grad
 
 
 def getitem(x: Tensor, index):
