@@ -332,10 +332,6 @@ class SliceGrad:
         return buffer
 
 
-def _materialize(g):
-    return g.materialize() if type(g) is SliceGrad else g
-
-
 def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool) -> str:
     """Add one more gradient into pending[nr]; says 'first', 'in-place' or 'new-buffer'.
 

@@ -17,7 +17,6 @@ except Exception:  # noqa: BLE001 - a broken CUDA install must not break CPU use
     cp = None
 
 ndarray_types: tuple = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
-numpy_scalar = np.generic
 
 
 # ----------------------------------------------------------------------------- dtypes
@@ -255,7 +254,13 @@ def asarray(data, dtype: DType | None, device: str):
     if is_array(data) and device_of(data) == device:
         arr = data.astype(np_dtype, copy=True) if np_dtype is not None else data.copy()
     else:
-        host = np.array(to_host(data) if is_array(data) else data, dtype=np_dtype)
+        if is_array(data):
+            data = to_host(data)
+        elif hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
+            data = from_dlpack(data)  # a torch tensor, say: read through DLPack, then copied
+            if not isinstance(data, np.ndarray):
+                data = to_host(data)
+        host = np.array(data, dtype=np_dtype)
         if dtype is None:
             if host.dtype.kind == "f":
                 host = host.astype(np.float32)
@@ -270,10 +275,6 @@ def asarray(data, dtype: DType | None, device: str):
 def ensure_array(x):
     """A 0-d array for a NumPy scalar (reductions and ufuncs on 0-d arrays return those)."""
     return np.asarray(x)
-
-
-def scalar_array(value, dtype: DType, device: str):
-    return asarray(value, dtype, device)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -395,7 +396,3 @@ def from_dlpack(obj):
         raise RuntimeError("from_dlpack: the object lives on a GPU and CuPy is not installed")
     return cp.from_dlpack(obj)
 
-
-def host_memory_tracking():
-    """tracemalloc-visible NumPy allocations are tracked under this domain."""
-    return np.lib.tracemalloc_domain

@@ -72,7 +72,3 @@ def zeros_array(shape, dtype, device):
     with backend.on_device(device):
         return xp.zeros(shape, dtype=dtype.np)
 
-
-def check_shape_matches(op: str, got, expected) -> None:
-    if tuple(got) != tuple(expected):
-        raise ShapeError(f"{op}: expected shape {tuple(expected)}, got {tuple(got)}")

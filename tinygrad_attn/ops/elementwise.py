@@ -476,11 +476,6 @@ def any_all(a: Tensor, how: str) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- entry points
-def _tensor_first(op, a, b):
-    if type(a) is not Tensor and type(b) is not Tensor:
-        raise TypeError(f"{op}: at least one operand must be a Tensor")
-
-
 def add(a, b): return Add.apply(a, b)
 def sub(a, b): return Sub.apply(a, b)
 def mul(a, b): return Mul.apply(a, b)
