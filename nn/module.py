@@ -56,6 +56,18 @@ def _cache_name(module, name: str, root_ref) -> None:
     d["_qualname"], d["_scope_owner"], d["_scope_version"] = name, root_ref, _structure_version
 
 
+def zero_grads(params, set_to_none: bool = True) -> None:
+    """Drop (set_to_none) or zero in place the .grad of each tensor in params."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            with ta.no_grad():
+                p.grad.zero_()
+
+
 class Module:
     """Base class of every layer: subclasses set attributes in __init__ and define forward."""
 
@@ -287,14 +299,7 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                with ta.no_grad():
-                    p.grad.zero_()
+        zero_grads(self.parameters(), set_to_none)
 
     def to(self, *args, **kwargs) -> Module:
         """Move (and/or cast, for floating point tensors) every parameter and buffer, in

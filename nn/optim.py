@@ -20,6 +20,8 @@ import math
 
 import tinygrad_attn as ta
 
+from .module import zero_grads
+
 
 class Optimizer:
     """Param groups, per-parameter state, zero_grad and state_dict, shared by optimizers.
@@ -59,15 +61,7 @@ class Optimizer:
         self.param_groups.append({**self.defaults, **group, "params": params})
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    with ta.no_grad():
-                        p.grad.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self) -> None:
         with ta.no_grad(), ta.memory.phase("optimizer"):

@@ -56,27 +56,24 @@ def reset_peak(device: str = "cpu") -> None:
 
 # ----------------------------------------------------------------------------- labels
 @contextlib.contextmanager
+def _labelled(key: str, value: str):
+    cur = _storage.current
+    prev = cur[key]
+    cur[key] = value
+    try:
+        yield
+    finally:
+        cur[key] = prev
+
+
 def scope(name: str):
     """Attribute allocations (and graph nodes created) inside to the module `name`."""
-    cur = _storage.current
-    prev = cur["scope"]
-    cur["scope"] = name
-    try:
-        yield
-    finally:
-        cur["scope"] = prev
+    return _labelled("scope", name)
 
 
-@contextlib.contextmanager
 def phase(name: str):
     """Mark allocations inside as belonging to a phase: forward, backward, optimizer, other."""
-    cur = _storage.current
-    prev = cur["phase"]
-    cur["phase"] = name
-    try:
-        yield
-    finally:
-        cur["phase"] = prev
+    return _labelled("phase", name)
 
 
 def current_phase() -> str:
