@@ -308,10 +308,12 @@ class SliceGrad:
     of `base_shape`. Several SliceGrads of one base are written into one buffer.
     """
 
-    __slots__ = ("base_shape", "index", "grad")
+    __slots__ = ("base_shape", "index", "grad", "op", "scope")
 
     def __init__(self, base_shape, index: tuple, grad: Tensor):
         self.base_shape, self.index, self.grad = base_shape, index, grad
+        # the backward that made it, for the ledger when the buffer is allocated later
+        self.op, self.scope = storage_mod.current["op"], storage_mod.current["scope"]
 
     @property
     def shape(self):
@@ -327,7 +329,13 @@ class SliceGrad:
 
     def materialize(self) -> Tensor:
         g = self.grad
-        buffer = from_array(_zeros_array(self.base_shape, g.dtype, g.device), "slice-grad")
+        current = storage_mod.current
+        prev = current["op"], current["scope"]
+        current["op"], current["scope"] = self.op, self.scope
+        try:
+            buffer = from_array(_zeros_array(self.base_shape, g.dtype, g.device), "slice-grad")
+        finally:
+            current["op"], current["scope"] = prev
         self.add_into(buffer)
         return buffer
 

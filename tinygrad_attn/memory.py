@@ -303,6 +303,12 @@ class Profile:
 
     def __exit__(self, *exc) -> None:
         _storage.observers.remove(self._tracker)
+        tr = self._tracker
+        for sid, ref in tr.refs.items():  # tags set after allocation (optimizer state, ...)
+            st = ref()
+            if st is not None:
+                tr.info[sid]["tag"] = st.category
+        tr.refs = {}  # the profile is closed: later frees must not change its story
         self.raw_peak_bytes = None
         if self.raw and self.device == "cpu":
             self.raw_peak_bytes = tracemalloc.get_traced_memory()[1] - self._raw_start
