@@ -87,8 +87,9 @@ def floor_bytes(cfg: nn.GPTConfig, batch: int, attn: str | None = None,
                  "naive": the q, k, v permute copies (3 x (B,nh,T,hs) = 3 BTC; the slices
                  of qkv save nothing, so qkv itself is freed); softmax output (B,nh,T,T);
                  the additive -inf mask is added (Add saves nothing), so no mask is kept
-                 "flash": qkv (B,T,3C) pinned by q, k, v; output (B,nh,T,hs) = BTC;
-                 logsumexp (B,nh,T)
+                 "flash": qkv (B,T,3C) pinned by q, k, v; logsumexp (B,nh,T); its output
+                 (B,nh,T,hs) is laid out heads-innermost, so it is the merged heads c_proj
+                 keeps (counted there once)
       dropout>0  a bool mask per Dropout (1 byte each): the embeddings' (B,T,C), per block
                  resid (B,T,C) + mlp (B,T,C) + attention (B,nh,T,T), and att @ v then
                  keeps the dropped attention (B,nh,T,T) f besides the softmax output
@@ -122,7 +123,8 @@ def floor_bytes(cfg: nn.GPTConfig, batch: int, attn: str | None = None,
     elif attn == "naive":
         block["attn: q, k, v copies + softmax out"] = 3 * BTC + TT
     elif attn == "flash":
-        block["attn: qkv + out + logsumexp"] = 3 * BTC + BTC + B * nh * T * f
+        # the output is laid out heads-innermost: it *is* c_proj's input (merged heads)
+        block["attn: qkv + logsumexp (+ out, = c_proj input)"] = 3 * BTC + B * nh * T * f
     else:
         raise ValueError(f"unknown attention {attn!r}")
     if drop:
@@ -397,7 +399,8 @@ def main(argv=None) -> dict:
               f"(naive - views = {(n - v) / 1024:+.0f} KiB: the views' bool mask buffers; "
               "naive's q/k/v copies replace the qkv that views pins)")
         core = {a: attention_saved(rows[(a, False, batch)]) for a in ("views", "flash")}
-        once = core["flash"] + (v - fa)  # all else is the same; flash's core is one node
+        # all else is the same but the merged heads: flash's output is them (no copy)
+        once = core["flash"] + (v - fa) - base.n_layer * batch * base.block_size * base.n_embd * 4
         print(f"  attention's own nodes (scopes transformer.h.*.attn) as by_module counts "
               f"them, per node: views {_mib(core['views'])}, flash {_mib(core['flash'])} "
               f"({core['views'] / core['flash']:.1f}x fewer); each storage once: views "

@@ -6,7 +6,8 @@ The full (T x T) score matrix is never materialized, in forward or backward. For
 the online softmax over key blocks (a running row max m, row sum l, and the weighted sum
 of values), skipping blocks that the causal mask hides entirely. It saves q, k, v, the
 output and the per-row logsumexp (T floats per head); backward recomputes each block's
-probabilities from those and accumulates dq, dk, dv block by block.
+probabilities from those and accumulates dq, dk, dv block by block. For 4-D inputs the
+output is laid out heads-innermost, so merging the heads after it costs no copy.
 """
 
 from __future__ import annotations
@@ -54,7 +55,13 @@ class ScaledDotProductAttention(Function):
         M = None if mask is None else mask._array()
         if M is not None:
             M = xp.broadcast_to(M, B + (Tq, Tk))
-        out = xp.empty(B + (Tq, V.shape[-1]), dtype=Q.dtype)
+        if len(B) == 2:
+            # (batch, heads, T, D): lay the output out as (batch, T, heads, D) in memory and
+            # hand back the (batch, heads, T, D) view, so merging the heads afterwards,
+            # out.transpose(1, 2).contiguous().view(B, T, C), is a no-op, not a copy
+            out = xp.empty((B[0], Tq, B[1], V.shape[-1]), dtype=Q.dtype).swapaxes(1, 2)
+        else:
+            out = xp.empty(B + (Tq, V.shape[-1]), dtype=Q.dtype)
         lse = xp.empty(B + (Tq, 1), dtype=Q.dtype)
         for i0 in range(0, Tq, bs):
             i1 = min(i0 + bs, Tq)
