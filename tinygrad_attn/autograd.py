@@ -107,11 +107,23 @@ class Node:
 
     # -- saving ------------------------------------------------------------------------
     def save_for_backward(self, *tensors) -> None:
-        """Keep tensors for backward. Recorded with their storage's version counter."""
+        """Keep tensors for backward. Recorded with their storage's version counter.
+
+        An output of an op under the "recompute" save policy (see ta.memory.save_policy)
+        is kept as a recipe instead: the producing node, rebuilt from its own saved
+        tensors when this node's backward reads it.
+        """
         saved = []
+        policies = storage_mod.policies
         for t in tensors:
             if t is None:
                 saved.append(None)
+                continue
+            producer = t.grad_fn
+            if (producer is not None and producer is not self and producer._saved
+                    and policies.get(getattr(producer.fn, "policy", None)) == "recompute"
+                    and t._output_nr == 0 and t._base is None):
+                saved.append(_Recipe(producer, t))
                 continue
             saved.append((t, t._storage.version))
         self._saved = saved
@@ -129,6 +141,9 @@ class Node:
             if item is None:
                 out.append(None)
                 continue
+            if type(item) is _Recipe:
+                out.append(item.rebuild(self.name, i))
+                continue
             t, version = item
             if t._storage.version != version:
                 raise RuntimeError(
@@ -141,8 +156,11 @@ class Node:
         return tuple(out)
 
     def saved_tensor_list(self) -> list:
-        """The saved tensors as they are (no version check): for inspection and the ledger."""
-        return [] if not self._saved else [s[0] for s in self._saved if s is not None]
+        """The saved tensors as they are (no version check): for inspection and the ledger.
+        Recipes hold no tensor of their own and are not listed."""
+        if not self._saved:
+            return []
+        return [s[0] for s in self._saved if s is not None and type(s) is not _Recipe]
 
     def saved_bytes(self) -> int:
         """Bytes this node keeps alive, each storage counted once."""
@@ -165,6 +183,37 @@ class Node:
         hooks = self._pre_hooks.setdefault(output_nr, [])
         hooks.append(fn)
         return _HookHandle(hooks, fn)
+
+
+class _Recipe:
+    """A saved output to rebuild in backward from the node that produced it."""
+
+    __slots__ = ("producer", "storage", "version", "shape")
+
+    def __init__(self, producer: Node, t: Tensor):
+        self.producer = producer
+        self.storage = weakref.ref(t._storage)  # only to notice in-place changes
+        self.version = t._storage.version
+        self.shape = t.shape
+
+    def rebuild(self, consumer: str, index: int) -> Tensor:
+        st = self.storage()
+        if st is not None and st.version != self.version:
+            raise RuntimeError(
+                f"{consumer}: saved tensor {index} of shape {tuple(self.shape)} (kept as a "
+                f"recipe of {self.producer.name}) was modified by an in-place operation"
+            )
+        if self.producer._saved is None:
+            raise RuntimeError(
+                f"{consumer}: saved tensor {index} is rebuilt from {self.producer.name}, whose "
+                "saved tensors were already freed; use retain_graph=True"
+            )
+        prev = GradMode.enabled
+        GradMode.enabled = False
+        try:
+            return self.producer.fn.recompute(self.producer)
+        finally:
+            GradMode.enabled = prev
 
 
 class AccumulateGrad(Node):
@@ -284,7 +333,7 @@ def _unlink_saved_outputs(ctx: Node, out) -> None:
     outs = (out,) if type(out) is Tensor else out
     saved = ctx._saved
     for i, item in enumerate(saved):
-        if item is not None and any(item[0] is o for o in outs):
+        if type(item) is tuple and any(item[0] is o for o in outs):
             saved[i] = (item[0].detach(), item[1])
 
 

@@ -786,6 +786,41 @@ def saved_bytes(output, include_parameters: bool = False) -> int:
     return sum(seen_storages.values())
 
 
+# ----------------------------------------------------------------------------- policies
+POLICY_OPS = ("softmax", "gelu", "layer_norm")
+
+
+def save_policy(op: str | None = None, mode: str | None = None):
+    """Get or set whether an op's output is kept for backward ("save") or rebuilt from what
+    the op saved anyway ("recompute"): softmax, gelu and layer_norm.
+
+    save_policy() -> the whole table; save_policy("gelu") -> its mode;
+    save_policy("gelu", "recompute") sets it. `save_policies(...)` scopes a change.
+    """
+    if op is None:
+        return dict(_storage.policies)
+    if op not in POLICY_OPS:
+        raise ValueError(f"save_policy: unknown op {op!r}; expected one of {POLICY_OPS}")
+    if mode is None:
+        return _storage.policies[op]
+    if mode not in ("save", "recompute"):
+        raise ValueError(f"save_policy: mode must be 'save' or 'recompute', got {mode!r}")
+    _storage.policies[op] = mode
+    return mode
+
+
+@contextlib.contextmanager
+def save_policies(**modes):
+    """with ta.memory.save_policies(gelu="recompute", layer_norm="recompute"): ..."""
+    prev = dict(_storage.policies)
+    try:
+        for op, mode in modes.items():
+            save_policy(op, mode)
+        yield
+    finally:
+        _storage.policies.update(prev)
+
+
 # ----------------------------------------------------------------------------- habits
 @contextlib.contextmanager
 def emulate(permute_copies: bool = False, inplace_grad_accumulation: bool = True,

@@ -23,6 +23,11 @@ current = {"op": None, "call": None, "phase": "other", "scope": "", "category": 
 habits = {"permute_copies": False, "inplace_grad_accumulation": True,
           "slice_grad_full": False, "late_free": False}
 
+# Save-or-recompute policy of the ops whose output is cheap to rebuild (ta.memory.save_policy).
+# "recompute": a later node that needs such an op's output keeps a recipe (the producing node,
+# whose own saved tensors suffice to rebuild it) instead of the output itself.
+policies = {"softmax": "save", "gelu": "save", "layer_norm": "save"}
+
 # An emulated device size (ta.memory.set_limit): an allocation past it raises
 # OutOfMemoryError. `oom_report` (installed by the memory module) describes what holds
 # memory at that moment.

@@ -369,20 +369,29 @@ class Gelu(Function):
     """y = x * Phi(x) (exact, with erf) or its tanh approximation.
 
     gx = g * (Phi(x) + x * phi(x)) (exact); saves the input, from which both terms follow.
+    Policy "recompute": a later node that needs y (the MLP's second matmul) keeps a recipe
+    and y is rebuilt from the saved input in backward, so y itself is not kept.
     """
+
+    policy = "gelu"
+    saves = {"save": "input", "recompute": "input (its output is rebuilt for later nodes)"}
+
+    @staticmethod
+    def saved_bytes_formula(shape, itemsize, policy):
+        return math.prod(shape) * itemsize
 
     @staticmethod
     def forward(ctx, x, approximate="none"):
-        xp = backend.xp_for(x.device)
-        X = x._array()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         ctx.approximate = approximate
         ctx.save_for_backward(x)
-        if approximate == "tanh":
-            inner = _SQRT_2_OVER_PI * (X + 0.044715 * X * X * X)
-            return _wrap(0.5 * X * (1 + xp.tanh(inner)))
-        if approximate != "none":
-            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        return _wrap(0.5 * X * (1 + backend.erf(X * _INV_SQRT_2)))
+        return _wrap(_gelu(backend.xp_for(x.device), x._array(), approximate))
+
+    @staticmethod
+    def recompute(ctx):
+        (x,) = ctx.saved_tensors
+        return _wrap(_gelu(backend.xp_for(x.device), x._array(), ctx.approximate))
 
     @staticmethod
     def backward(ctx, g):
@@ -397,6 +406,13 @@ class Gelu(Function):
         cdf = 0.5 * (1 + backend.erf(X * _INV_SQRT_2))
         pdf = _INV_SQRT_2PI * xp.exp(-0.5 * X * X)
         return _wrap(G * (cdf + X * pdf))
+
+
+def _gelu(xp, X, approximate):
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (X + 0.044715 * X * X * X)
+        return 0.5 * X * (1 + xp.tanh(inner))
+    return 0.5 * X * (1 + backend.erf(X * _INV_SQRT_2))
 
 
 class Silu(Function):

@@ -6,6 +6,8 @@ nothing else (a chain of elementwise ops would keep every intermediate alive).
 
 from __future__ import annotations
 
+import math
+
 from .. import backend
 from ..autograd import Function
 from ..creation import default_generator
@@ -20,7 +22,17 @@ class LayerNorm(Function):
     gw = sum(g * xhat), gb = sum(g) over the leading dims.
     Saves the normalized input xhat (x's size) and rstd (one value per row), plus the
     weight: exactly the factors of that formula, so neither x nor the mean is kept.
+    Policy "recompute": a later node that needs y (the next Linear) keeps a recipe, and y
+    is rebuilt as xhat * weight + bias in backward, so y itself is not kept.
     """
+
+    policy = "layer_norm"
+    saves = {"save": "xhat + rstd", "recompute": "xhat + rstd (output rebuilt for later nodes)"}
+
+    @staticmethod
+    def saved_bytes_formula(shape, itemsize, policy, n_normalized=1):
+        rows = math.prod(shape[: len(shape) - n_normalized])
+        return math.prod(shape) * itemsize + rows * itemsize  # xhat, rstd
 
     @staticmethod
     def forward(ctx, x, weight, bias, normalized_shape, eps=1e-5):
@@ -49,12 +61,20 @@ class LayerNorm(Function):
         if bias is not None:
             y += bias._array()
         ctx.axes = axes
-        ctx.save_for_backward(from_array(xhat), from_array(rstd), weight)
+        ctx.save_for_backward(from_array(xhat), from_array(rstd), weight, bias)
+        return from_array(y)
+
+    @staticmethod
+    def recompute(ctx):
+        xhat, _, weight, bias = ctx.saved_tensors
+        y = xhat._array() * weight._array() if weight is not None else xhat._array().copy()
+        if bias is not None:
+            y += bias._array()
         return from_array(y)
 
     @staticmethod
     def backward(ctx, g):
-        xhat_t, rstd_t, weight = ctx.saved_tensors
+        xhat_t, rstd_t, weight, _ = ctx.saved_tensors
         xp = backend.xp_for(g.device)
         G, xhat, rstd = g._array(), xhat_t._array(), rstd_t._array()
         lead = tuple(range(G.ndim - len(ctx.axes)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import backend
 from .. import shape as shp
+from .. import storage as storage_mod
 from ..autograd import Function
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, unbroadcast
@@ -285,31 +286,51 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 class Softmax(Function):
     """y = exp(x - max) / sum(exp(x - max));  gx = y * (g - sum(g * y, dim)).
 
-    Saves only the output y: the backward formula needs y and nothing else, and y has the
-    size of x, so saving x instead would force backward to recompute exp.
+    Saves only the output y (policy "save", the default): the backward formula needs y and
+    nothing else, and the next op (att @ v) keeps that same y anyway, so it costs nothing
+    extra. Policy "recompute" saves the input x instead and rebuilds y in backward; then a
+    later node that needs y keeps a recipe, not y.
     """
+
+    policy = "softmax"
+    saves = {"save": "output", "recompute": "input"}
+
+    @staticmethod
+    def saved_bytes_formula(shape, itemsize, policy):
+        return shp.numel(shape) * itemsize  # one tensor of the input's size either way
 
     @staticmethod
     def forward(ctx, x, dim):
         d = shp.normalize_dim(dim, x.ndim, "softmax")
-        xp = backend.xp_for(x.device)
-        X = x._array()
-        e = X - xp.max(X, axis=d, keepdims=True)
-        xp.exp(e, out=e)
-        e /= xp.sum(e, axis=d, keepdims=True)
-        y = from_array(e)
         ctx.dim = d
-        ctx.save_for_backward(y)
+        ctx.saves_input = storage_mod.policies["softmax"] == "recompute"
+        y = from_array(_softmax(backend.xp_for(x.device), x._array(), d))
+        ctx.save_for_backward(x if ctx.saves_input else y)
         return y
 
     @staticmethod
+    def recompute(ctx):
+        """The output, from what this node saved (rebuilt if it saved the input)."""
+        (saved,) = ctx.saved_tensors
+        if ctx.saves_input:
+            return from_array(_softmax(backend.xp_for(saved.device), saved._array(), ctx.dim))
+        return saved
+
+    @staticmethod
     def backward(ctx, g):
-        (y,) = ctx.saved_tensors
+        y = Softmax.recompute(ctx)
         xp = backend.xp_for(y.device)
         Y, G = y._array(), g._array()
         gx = G * Y
         gx -= Y * xp.sum(gx, axis=ctx.dim, keepdims=True)
         return from_array(gx)
+
+
+def _softmax(xp, X, d):
+    e = X - xp.max(X, axis=d, keepdims=True)
+    xp.exp(e, out=e)
+    e /= xp.sum(e, axis=d, keepdims=True)
+    return e
 
 
 class LogSoftmax(Function):
