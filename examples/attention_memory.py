@@ -172,7 +172,8 @@ def measure(cfg: nn.GPTConfig, batch: int, habits: dict | None = None, limit=Non
     idx, tgt = make_batch(cfg, batch)
     oom = None
     t0 = time.perf_counter()
-    with ta.memory.emulate(**(habits or {})), ta.memory.profile(source_lines=True) as prof:
+    profile = ta.memory.profile(source_lines=True, raw=True)
+    with ta.memory.emulate(**(habits or {})), profile as prof:
         try:
             if limit is not None:
                 with ta.memory.limit(limit):

@@ -121,7 +121,7 @@ class Trainer:
             bar = tqdm(total=until, initial=self.step, unit="step", dynamic_ncols=True)
         while self.step < until:
             if memory_report and self.step == 0:
-                with ta.memory.profile() as prof:
+                with ta.memory.profile(raw=True) as prof:
                     rec = self.train_step()
                 self.log(memory_summary(prof))
             else:

@@ -108,7 +108,7 @@ def test_raw_peak_at_least_tensor_peak_and_close_to_tracemalloc():
         c = b.softmax(-1) + a
         return c.sum().item()
 
-    with memory.profile() as prof:
+    with memory.profile(raw=True) as prof:
         work()
     s = prof.summary()
     assert s["raw_peak_bytes"] >= s["tensor_peak_above_start"] > 0

@@ -280,7 +280,7 @@ def _describe(info: dict) -> str:
 class Profile:
     """The ledger of one region of code (see profile())."""
 
-    def __init__(self, source_lines: bool = False, device: str = "cpu", raw: bool = True):
+    def __init__(self, source_lines: bool = False, device: str = "cpu", raw: bool = False):
         self.device = backend.canonical_device(device)
         self.source_lines = source_lines
         self.raw = raw
@@ -365,7 +365,6 @@ class Profile:
             "end_bytes": self.end_bytes,
             "peak": dict(self._moment(peak_t), bytes=peak),
             "raw_peak_bytes": self.raw_peak_bytes,
-            "raw_peak_above_start": self.raw_peak_bytes,
             "tensor_peak_above_start": peak - base,
             "saved_peak": self._saved_at(saved_peak_t),
             "copies": self._copies(),
@@ -548,6 +547,8 @@ class Profile:
         if s["raw_peak_bytes"] is not None:
             lines.append(f"  raw peak above start  {fmt_bytes(s['raw_peak_bytes']):>12}"
                          " (tracemalloc: includes temporaries inside ops)")
+        else:
+            lines.append("  raw peak              not measured (profile(raw=True) adds it)")
         lines.append("")
         lines.append("Bytes at peak by category:")
         for c, b in sorted(pk["by_category"].items(), key=lambda x: -x[1]):
@@ -708,12 +709,14 @@ def _phase_changes(phases):
     return out
 
 
-def profile(source_lines: bool = False, device: str = "cpu", raw: bool = True) -> Profile:
+def profile(source_lines: bool = False, device: str = "cpu", raw: bool = False) -> Profile:
     """Record every allocation, free and saved tensor inside a `with` block.
 
     `source_lines=True` also records the first source line outside the engine for each
-    allocation and graph node (slower). `raw=True` reads tracemalloc for the raw peak,
-    which includes temporaries inside ops that never become tensors.
+    allocation and graph node. `raw=True` also runs tracemalloc for the raw peak, which
+    includes the temporaries inside ops that never become tensors; tracemalloc traces
+    every Python allocation, which costs about a quarter of a small GPT step's time, so
+    it is opt-in (profile() alone costs no measurable time: see README).
     """
     return Profile(source_lines=source_lines, device=device, raw=raw)
 
