@@ -299,3 +299,24 @@ def test_emulated_late_free_keeps_saved_tensors_to_the_end_of_backward():
         return prof.summary()["tensor_peak_above_start"]
 
     assert peak(True) > peak(False)
+
+
+def test_head_views_backward_writes_into_the_split_buffer_without_reshape_copies():
+    """q.view(B, T, nh, hs).transpose(1, 2): the gradient reaching the view is transposed,
+    so reshaping it back to (B, T, C) would copy; it is written straight into the one
+    buffer the split assembles instead."""
+    B, T, nh, hs = 2, 5, 3, 4
+    C = nh * hs
+    x = ta.randn(B, T, C, dtype=ta.float64, requires_grad=True)
+    w = ta.randn(C, 3 * C, dtype=ta.float64, requires_grad=True)
+
+    def attention(x, w):
+        q, k, v = (x @ w).split(C, dim=2)
+        q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in (q, k, v))
+        y = (q @ k.mT).softmax(-1) @ v
+        return y.transpose(1, 2).contiguous().view(B, T, C)
+
+    prof = memory.memcheck(lambda x, w: attention(x, w).sum(), x, w)
+    reasons = [c["reason"] for c in prof.summary()["copies"]]
+    assert reasons == ["contiguous"]  # the documented merge of the heads, nothing else
+    assert ta.gradcheck(attention, [x, w])

@@ -23,7 +23,7 @@ import weakref
 
 from . import backend
 from . import storage as storage_mod
-from .shape import index_geometry
+from .shape import index_geometry, view_strides
 from .tensor import Tensor, _ones_like_array, _zeros_array, from_array
 
 _seq = itertools.count()
@@ -389,6 +389,50 @@ class SliceGrad:
         return buffer
 
 
+class ReshapeGrad:
+    """The gradient of a view op whose incoming gradient is laid out so that reshaping it
+    back to the input's shape would copy (the transposed gradient of q.view(B, T, nh, hs)).
+
+    It is written straight into whichever buffer receives it (the one buffer of a split,
+    say) through a strided view of that buffer, and only copied if it must stand alone.
+    """
+
+    __slots__ = ("grad", "shape", "op", "scope")
+
+    def __init__(self, grad: Tensor, shape: tuple):
+        self.grad, self.shape = grad, tuple(shape)
+        self.op, self.scope = storage_mod.current["op"], storage_mod.current["scope"]
+
+    def view_of(self, flat, shape, strides, offset):
+        """An array with the gradient's own shape over (shape, strides, offset), or None."""
+        grad_strides = view_strides(shape, strides, self.grad._shape)
+        if grad_strides is None:
+            return None
+        return backend.strided(flat, self.grad._shape, grad_strides, offset)
+
+    def add_into(self, buffer: Tensor) -> None:
+        view = self.view_of(buffer._storage.buffer, buffer._shape, buffer._strides,
+                            buffer._offset)
+        if view is None:
+            _add_inplace(buffer, self.materialize())
+            return
+        view += self.grad._array()
+        buffer._storage.version += 1
+
+    def materialize(self) -> Tensor:
+        current = storage_mod.current
+        prev = current["op"], current["scope"]
+        current["op"], current["scope"] = self.op, self.scope
+        try:
+            arr = backend.copy(self.grad._array()).reshape(self.shape)
+            return from_array(arr, "reshape-copy")
+        finally:
+            current["op"], current["scope"] = prev
+
+
+_LAZY = (SliceGrad, ReshapeGrad)
+
+
 def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool) -> str:
     """Add one more gradient into pending[nr]; says 'first', 'in-place' or 'new-buffer'.
 
@@ -401,23 +445,23 @@ def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool) -> str:
         pending[nr], owned[nr] = g, is_owned
         return "first"
     if not storage_mod.habits["inplace_grad_accumulation"]:  # the emulated habit
-        a = cur.materialize() if type(cur) is SliceGrad else cur
-        b = g.materialize() if type(g) is SliceGrad else g
+        a = cur.materialize() if type(cur) in _LAZY else cur
+        b = g.materialize() if type(g) in _LAZY else g
         pending[nr] = from_array(a._array() + b._array(), "grad-accumulate")
         owned[nr] = True
         return "new-buffer"
     how = "in-place"
-    if type(cur) is SliceGrad:  # first real accumulation: one base-sized buffer
+    if type(cur) in _LAZY:  # first real accumulation: one buffer of the slot's shape
         cur = pending[nr] = cur.materialize()
         owned[nr] = True
         how = "new-buffer"
     if owned[nr]:
-        if type(g) is SliceGrad:
+        if type(g) in _LAZY:
             g.add_into(cur)
         else:
             _add_inplace(cur, g)
         return how
-    if type(g) is SliceGrad:
+    if type(g) in _LAZY:
         buf = g.materialize()
         _add_inplace(buf, cur)
     else:
@@ -510,8 +554,10 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
     while heap:
         _, _, node = heapq.heappop(heap)
         grads, owned = slots.pop(node, None) or _new_slots(node)
+        keep_lazy = (getattr(node.fn, "takes_lazy_grads", False) and not node._pre_hooks
+                     and not node._retained and not capture_at)
         for i, g in enumerate(grads):
-            if type(g) is SliceGrad:
+            if type(g) in _LAZY and not (keep_lazy and type(g) is ReshapeGrad):
                 grads[i], owned[i] = g.materialize(), True
         if node._pre_hooks:
             _run_hooks(node._pre_hooks, grads, owned)
@@ -552,14 +598,14 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
         # An incoming gradient the engine owned may pass its ownership on to a view of it
         # (the gradient of a transpose is a transpose of the gradient).
         shared_in = [g._storage for g, own in zip(grads, owned) if g is not None and not own]
-        returned = [(g.grad if type(g) is SliceGrad else g)._storage
+        returned = [(g.grad if type(g) in _LAZY else g)._storage
                     for g in results if g is not None]
         for edge, g in zip(node.next_functions, results):
             if edge is None:
                 continue
             nxt, nr = edge
             if g is not None:
-                base = g.grad if type(g) is SliceGrad else g
+                base = g.grad if type(g) in _LAZY else g
                 st = base._storage
                 is_owned = (_count_is(returned, st) == 1 and not _count_is(shared_in, st)
                             and _dense(base))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import backend
 from .. import shape as shp
-from ..autograd import Function, SliceGrad
+from ..autograd import Function, ReshapeGrad, SliceGrad
 from ..errors import ShapeError
 from ..storage import habits
 from ..tensor import Tensor, _make, from_array
@@ -23,7 +23,8 @@ def _view(x: Tensor, shape, strides, offset=None) -> Tensor:
 class View(Function):
     """y = x viewed with a new shape (strides must allow it);  gx = g.reshape(x.shape).
 
-    Saves nothing.
+    When g's layout makes that reshape a copy (a transposed gradient), gx travels as a
+    ReshapeGrad and is written straight into the buffer that receives it. Saves nothing.
     """
 
     @staticmethod
@@ -42,7 +43,9 @@ class View(Function):
 
     @staticmethod
     def backward(ctx, g):
-        return g.reshape(ctx.in_shape)
+        if shp.view_strides(g.shape, g._strides, ctx.in_shape) is None:
+            return ReshapeGrad(g, ctx.in_shape)
+        return g.view(ctx.in_shape)
 
 
 class ReshapeCopy(Function):
@@ -321,6 +324,7 @@ class MultiSlice(Function):
     """
 
     materialize_grads = False
+    takes_lazy_grads = True  # a ReshapeGrad is written into its piece without a copy
 
     @staticmethod
     def forward(ctx, x, indices):
@@ -336,13 +340,23 @@ class MultiSlice(Function):
         base = ctx.in_shape
         contiguous = shp.contiguous_strides(base)
         first = next(g for g in grads if g is not None)
+        if type(first) is ReshapeGrad:
+            first = first.grad
         xp = backend.xp_for(first.device)
         with backend.on_device(first.device):
             buf = xp.zeros(base, dtype=first.dtype.np)
+        flat = buf.reshape(-1)
         for index, g in zip(ctx.indices, grads):
-            if g is not None:
-                shape, strides, offset = shp.index_geometry(base, contiguous, 0, index)
-                backend.strided(buf.reshape(-1), shape, strides, offset)[...] = g._array()
+            if g is None:
+                continue
+            shape, strides, offset = shp.index_geometry(base, contiguous, 0, index)
+            if type(g) is ReshapeGrad:
+                view = g.view_of(flat, shape, strides, offset)
+                if view is not None:
+                    view[...] = g.grad._array()
+                    continue
+                g = g.materialize()
+            backend.strided(flat, shape, strides, offset)[...] = g._array()
         return from_array(buf)
 
 
