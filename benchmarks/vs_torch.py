@@ -1,0 +1,483 @@
+"""A GPT training step side by side with PyTorch CPU: step time, saved bytes, peak, GEMM share.
+
+The same GPT (same config, same initial weights moved by name through the safetensors
+interchange, the same batch of tokens, dropout 0, float32) is trained with AdamW in this
+engine and in PyTorch (the nanoGPT-shaped reference of tests/torch_nanogpt.py), each
+attention implementation against its PyTorch twin:
+
+    naive  <-> the same naive port written in torch (three slices, permute().contiguous(),
+               an additive -inf mask, softmax, matmul, permute + copy back)
+    views  <-> nanoGPT's manual attention (split, view + transpose, masked_fill, softmax)
+    flash  <-> torch.nn.functional.scaled_dot_product_attention(is_causal=True)
+
+After one warm-up step each, the engines alternate step by step (ours i, torch i, ...), so
+drifting machine load hits both alike; reported are the median step times and the median of
+the per-pair ratios. One further step of each is measured for memory (see the notes printed
+with the table). The machine's float32 GEMM peak is measured in the same run.
+
+    python benchmarks/vs_torch.py --quick                      # a tiny smoke test, seconds
+    python benchmarks/vs_torch.py                              # small, shakespeare-b8
+    python benchmarks/vs_torch.py --configs small,shakespeare-b8,shakespeare-b32 \\
+        --attn views,flash --markdown vs_torch.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import importlib.util
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import nn
+import tinygrad_attn as ta
+
+try:
+    import torch
+    import torch.nn.functional as TF
+except ImportError:  # the whole benchmark needs torch; main() says so and exits 0
+    torch = None
+
+MiB = 2**20
+TOLERANCE = 1e-4  # relative, on the loss of the first step (float32)
+
+
+@dataclass
+class Config:
+    name: str
+    n_embd: int
+    n_layer: int
+    n_head: int
+    block_size: int
+    batch: int
+    steps: int
+    vocab_size: int = 65
+
+
+CONFIGS = {
+    "tiny": Config("tiny", 32, 2, 4, 16, 4, 2),
+    "small": Config("small", 128, 4, 4, 64, 32, 6),
+    "shakespeare-b8": Config("shakespeare-char", 384, 6, 6, 256, 8, 3),
+    "shakespeare-b32": Config("shakespeare-char", 384, 6, 6, 256, 32, 3),
+}
+ATTN = ("naive", "views", "flash")
+
+
+# ----------------------------------------------------------------------------- torch side
+def load_reference():
+    """tests/torch_nanogpt.py, imported by path (the tests folder is not a package)."""
+    path = Path(__file__).resolve().parents[1] / "tests" / "torch_nanogpt.py"
+    spec = importlib.util.spec_from_file_location("torch_nanogpt", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["torch_nanogpt"] = mod  # dataclasses look their module up while defining
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def naive_attention_class(ref):
+    """The naive port of nn/gpt.py's CausalSelfAttention._naive, in torch, op for op."""
+
+    class NaiveCausalSelfAttention(ref.CausalSelfAttention):
+
+        def __init__(self, config):
+            super().__init__(config)  # config.flash is False: registers nanoGPT's "bias"
+            bs = config.block_size
+            future = torch.tril(torch.ones(bs, bs)) == 0
+            neg = torch.zeros(bs, bs).masked_fill(future, float("-inf"))
+            self.register_buffer("neg_mask", neg, persistent=False)
+
+        def forward(self, x):
+            B, T, C = x.size()
+            nh, hs = self.n_head, C // self.n_head
+            qkv = self.c_attn(x)
+            q = qkv[:, :, :C]  # three slices, not one split
+            k = qkv[:, :, C:2 * C]
+            v = qkv[:, :, 2 * C:]
+            q = q.reshape(B, T, nh, hs).permute(0, 2, 1, 3).contiguous()  # (B, nh, T, hs)
+            k = k.reshape(B, T, nh, hs).permute(0, 2, 3, 1).contiguous()  # (B, nh, hs, T)
+            v = v.reshape(B, T, nh, hs).permute(0, 2, 1, 3).contiguous()  # (B, nh, T, hs)
+            att = (q @ k) * (1.0 / math.sqrt(hs))
+            att = att + self.neg_mask[:T, :T]  # an additive -inf mask
+            att = TF.softmax(att, dim=-1)
+            att = self.attn_dropout(att)
+            y = att @ v
+            y = y.permute(0, 2, 1, 3).contiguous().reshape(B, T, C)
+            return self.resid_dropout(self.c_proj(y))
+
+    return NaiveCausalSelfAttention
+
+
+def torch_twin(ref, cfg: Config, attn: str, ours):
+    """The reference GPT with `attn`'s twin, holding `ours`'s weights (safetensors, by name)."""
+    tcfg = ref.GPTConfig(block_size=cfg.block_size, vocab_size=cfg.vocab_size,
+                         n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
+                         dropout=0.0, bias=True, flash=attn == "flash")
+    model = ref.GPT(tcfg)
+    if attn == "naive":
+        naive = naive_attention_class(ref)
+        for block in model.transformer.h:
+            block.attn = naive(tcfg)
+    try:
+        import safetensors.torch
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "weights.safetensors")
+            nn.save(ours.state_dict(), path)
+            state = safetensors.torch.load_file(path)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        bad = [k for k in missing if not k.endswith(".attn.bias")]
+        if bad or unexpected:
+            raise RuntimeError(f"weights did not move by name: missing {bad}, "
+                               f"unexpected {unexpected}")
+    except ImportError:  # no safetensors: copy by name in memory
+        ref.load_from_ta(model, ours.state_dict())
+    if model.transformer.wte.weight is not model.lm_head.weight:
+        raise RuntimeError("the torch model lost its weight tying")
+    return model
+
+
+def torch_saved_bytes(model, idx, targets) -> int:
+    """Unique bytes saved for backward by one forward, each storage once (by data_ptr),
+    parameters' storages excluded. The pack hook returns the tensor itself, so what the
+    graph keeps is unchanged."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr not in params and st.nbytes() > 0:
+            seen[ptr] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _, loss = model(idx, targets)
+    loss.backward()
+    return sum(seen.values())
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Send file descriptor 2 to /dev/null for a moment (C++ logging bypasses sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def torch_peak_bytes(step) -> int | None:
+    """Peak of the bytes torch's CPU allocator handed out during `step` and had not yet
+    freed, from the profiler's memory events ("Total Allocated" counts only what was
+    allocated while profiling, so this is the peak above the start)."""
+    from torch.profiler import ProfilerActivity, profile
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with quiet_stderr():  # the profiler's C++ side logs its start and stop there
+        prof.start()
+    try:
+        step()
+    finally:
+        with quiet_stderr():
+            prof.stop()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    mem = [e["args"] for e in events if e.get("name") == "[memory]"
+           and e.get("args", {}).get("Device Type") == 0]
+    if not mem:
+        return None
+    start = mem[0]["Total Allocated"] - mem[0]["Bytes"]
+    return max(m["Total Allocated"] for m in mem) - start
+
+
+# ----------------------------------------------------------------------------- machine
+def openblas_threads(n: int | None = None):
+    """Get (and with n, set) the thread count of NumPy's OpenBLAS, found among the loaded
+    libraries; None where it cannot be found (NumPy linked to another BLAS)."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {ln.split()[-1] for ln in f if "openblas" in ln.lower()}
+    except OSError:
+        return None
+    for path in sorted(libs):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", ""), ("openblas", "64_")):
+            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+            put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+            if get is None:
+                continue
+            if n is not None and put is not None:
+                put(ctypes.c_int(n))
+            return int(get())
+    return None
+
+
+def gemm_peak(n: int, repeat: int) -> tuple[float, float]:
+    """GFLOP/s of an n x n float32 matmul, best of `repeat`: (torch, numpy)."""
+    flops = 2.0 * n**3
+
+    def best(fn):
+        fn()
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return flops / min(times) / 1e9
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    t = best(lambda: a @ b)
+    an, bn = a.numpy().copy(), b.numpy().copy()
+    return t, best(lambda: an @ bn)
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+# ----------------------------------------------------------------------------- one config
+def step_flops(cfg: Config, non_embedding_params: int) -> float:
+    """nanoGPT's estimate (PaLM appendix B): 6 N per token for the weight matmuls (forward
+    2N, backward 4N), plus 12 * n_layer * T * n_embd per token for the attention matmuls
+    (q k^T and att v, full T x T, forward and backward)."""
+    tokens = cfg.batch * cfg.block_size
+    return (6.0 * non_embedding_params * tokens
+            + 12.0 * cfg.n_layer * cfg.batch * cfg.block_size**2 * cfg.n_embd)
+
+
+def run_config(ref, cfg: Config, attn: str, steps: int, peak: float) -> dict:
+    ta.manual_seed(0)
+    ours = nn.GPT(nn.GPTConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size,
+                               n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
+                               dropout=0.0, attn=attn))
+    theirs = torch_twin(ref, cfg, attn, ours)
+    hyper = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    opt = nn.optim.AdamW(ours.parameters(), **hyper)
+    topt = torch.optim.AdamW(theirs.parameters(), **hyper)
+
+    rng = np.random.default_rng(1)
+    shape = (cfg.batch, cfg.block_size)
+    idx_np = rng.integers(0, cfg.vocab_size, shape)
+    tgt_np = rng.integers(0, cfg.vocab_size, shape)
+    idx, tgt = ta.tensor(idx_np), ta.tensor(tgt_np)
+    tidx, ttgt = torch.from_numpy(idx_np), torch.from_numpy(tgt_np)
+
+    def ours_step() -> float:
+        _, loss = ours(idx, tgt)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+
+    def torch_step() -> float:
+        _, loss = theirs(tidx, ttgt)
+        loss.backward()
+        topt.step()
+        topt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    def timed(fn):
+        t0 = time.perf_counter()
+        loss = fn()
+        return time.perf_counter() - t0, loss
+
+    # warm-up: step 1 of each, same weights, so the losses must agree
+    losses = [(ours_step(), torch_step())]
+    times = []
+    for _ in range(steps):
+        (t_o, l_o), (t_t, l_t) = timed(ours_step), timed(torch_step)
+        times.append((t_o, t_t))
+        losses.append((l_o, l_t))
+    rel = [abs(a - b) / abs(b) for a, b in losses]
+
+    # memory: one more step of each, measured (not timed)
+    with ta.memory.profile(raw=True) as prof:
+        _, loss = ours(idx, tgt)
+        ours_saved_walk = ta.memory.saved_bytes(loss)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    summ = prof.summary()
+    ours_saved = summ["saved_peak"]["unique_bytes_without_parameters"]
+    t_saved = torch_saved_bytes(theirs, tidx, ttgt)
+    topt.step()
+    topt.zero_grad(set_to_none=True)
+    t_peak = torch_peak_bytes(torch_step)
+
+    t_ours = statistics.median(t for t, _ in times)
+    t_torch = statistics.median(t for _, t in times)
+    flops = step_flops(cfg, ours.num_params(non_embedding=True))
+    return dict(
+        config=cfg.name, batch=cfg.batch, attn=attn, steps=steps,
+        ours_s=t_ours, torch_s=t_torch,
+        ratio=statistics.median(a / b for a, b in times),
+        ours_saved=ours_saved, ours_saved_walk=ours_saved_walk, torch_saved=t_saved,
+        ours_peak=summ["tensor_peak_above_start"], ours_raw_peak=summ["raw_peak_bytes"],
+        torch_peak=t_peak, flops=flops,
+        gemm_ours=flops / t_ours / 1e9 / peak, gemm_torch=flops / t_torch / 1e9 / peak,
+        rel_first=rel[0], rel_max=max(rel), losses=losses,
+    )
+
+
+# ----------------------------------------------------------------------------- report
+def mib(b) -> str:
+    return "n/a" if b is None else f"{b / MiB:.1f}"
+
+
+def table(rows) -> str:
+    head = ("| config | B | attn | ours step s | torch step s | ratio | ours saved MiB "
+            "| torch saved MiB | ratio | ours peak MiB (tensor / raw) | torch peak MiB "
+            "| GEMM fraction ours / torch |")
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        saved_ratio = r["ours_saved"] / r["torch_saved"] if r["torch_saved"] else float("nan")
+        lines.append(
+            f"| {r['config']} | {r['batch']} | {r['attn']} | {r['ours_s']:.3f} "
+            f"| {r['torch_s']:.3f} | {r['ratio']:.2f} | {mib(r['ours_saved'])} "
+            f"| {mib(r['torch_saved'])} | {saved_ratio:.2f} "
+            f"| {mib(r['ours_peak'])} / {mib(r['ours_raw_peak'])} | {mib(r['torch_peak'])} "
+            f"| {r['gemm_ours']:.2f} / {r['gemm_torch']:.2f} |")
+    return "\n".join(lines)
+
+
+NOTES = """\
+Notes (what is measured how):
+- step: forward + backward + AdamW step + zero_grad (set to None), float32, dropout 0, one
+  fixed batch; after one warm-up step each, the engines alternate (ours i, torch i); step s
+  = median over the timed steps, ratio = median of the per-pair ratios ours/torch.
+- saved MiB: saved-for-backward bytes of one step, each storage once, parameters left out.
+  Ours: the ledger's saved_peak unique_bytes_without_parameters (ta.memory.profile).
+  Torch: torch.autograd.graph.saved_tensors_hooks over the forward, storages counted once
+  by untyped_storage().data_ptr(), the storages of model.parameters() excluded.
+- ours peak: tensor = the ledger's tensor_peak_above_start (Storages only); raw = tracemalloc
+  peak above start (profile(raw=True)), which also sees NumPy temporaries inside ops.
+- torch peak: peak of "Total Allocated" of torch's CPU allocator during one step, from the
+  profiler's memory events (torch.profiler, profile_memory=True), above the start; it sees
+  every ATen allocation incl. temporaries inside ops, but not MKL/oneDNN's private buffers.
+  Both peaks are above the start of a step, so they leave out parameters and optimizer
+  state that exist before it, and include the gradients made in the step.
+- GEMM fraction: step FLOPs / step time / machine peak, step FLOPs = 6 * N * B * T
+  + 12 * n_layer * B * T^2 * n_embd (N = non-embedding parameters, wte counted as it is
+  lm_head; the attention term counts the full T x T matrices, which naive/views compute;
+  flash may skip masked tiles, so its fraction counts work not done). Machine peak = the
+  higher of torch's and numpy's large square float32 matmul, measured in this run.
+- Each engine's memory figures come from one further step measured after the timed ones.
+"""
+
+
+def machine_line(threads: int, blas: int | None, peaks: tuple[float, float], n: int) -> str:
+    t, npk = peaks
+    return (f"Machine: {platform.platform()}, {cpu_name()}, {os.cpu_count()} CPUs; "
+            f"Python {platform.python_version()}, numpy {np.__version__}, torch "
+            f"{torch.__version__}; torch threads {threads} (torch.set_num_threads; MKL/"
+            f"OpenMP), NumPy OpenBLAS threads {blas if blas is not None else 'unknown'} "
+            f"(its own pool, set via openblas_set_num_threads); float32 GEMM peak "
+            f"({n}x{n} matmul): torch {t:.0f} GFLOP/s, numpy {npk:.0f} GFLOP/s; "
+            f"used {max(t, npk):.0f}.")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", default="small,shakespeare-b8",
+                   help=f"comma-separated, from {','.join(CONFIGS)}")
+    p.add_argument("--attn", default=",".join(ATTN), help="comma-separated, from naive,"
+                   "views,flash")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed steps per config (default: small 6, shakespeare 3)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="tiny config, 2 steps: a smoke test")
+    p.add_argument("--markdown", default=None, help="also write the table to this path")
+    args = p.parse_args(argv)
+
+    if torch is None:
+        print("vs_torch.py compares against PyTorch, which is not installed: "
+              "pip install torch (CPU) to run it. Nothing measured.")
+        return 0
+
+    names = ["tiny"] if args.quick else [c.strip() for c in args.configs.split(",") if c]
+    attns = [a.strip() for a in args.attn.split(",") if a.strip()]
+    for name in names:
+        if name not in CONFIGS:
+            p.error(f"unknown config {name!r}; choose from {', '.join(CONFIGS)}")
+    for a in attns:
+        if a not in ATTN:
+            p.error(f"unknown attention {a!r}; choose from {', '.join(ATTN)}")
+
+    torch.set_num_threads(args.threads)
+    blas = openblas_threads(args.threads)
+    ref = load_reference()
+    n = 1024 if args.quick else 4096
+    peaks = gemm_peak(n, 3 if args.quick else 5)
+    peak = max(peaks)
+    machine = machine_line(torch.get_num_threads(), blas, peaks, n)
+    print(machine, flush=True)
+
+    rows, warnings = [], []
+    for name in names:
+        cfg = CONFIGS[name]
+        steps = args.steps or (2 if args.quick else cfg.steps)
+        for attn in attns:
+            t0 = time.perf_counter()
+            r = run_config(ref, cfg, attn, steps, peak)
+            rows.append(r)
+            line = (f"{name:16s} {attn:5s}: ours {r['ours_s']:.3f} s, torch "
+                    f"{r['torch_s']:.3f} s, ratio {r['ratio']:.2f}; step-1 loss rel diff "
+                    f"{r['rel_first']:.1e} (max over steps {r['rel_max']:.1e}); "
+                    f"{time.perf_counter() - t0:.0f} s wall")
+            print(line, flush=True)
+            if r["rel_first"] > TOLERANCE:
+                w = (f"WARNING: {name} {attn}: step-1 losses differ by {r['rel_first']:.2e} "
+                     f"relative (> {TOLERANCE:g}): ours {r['losses'][0][0]:.7f}, torch "
+                     f"{r['losses'][0][1]:.7f}")
+                warnings.append(w)
+                print(w, flush=True)
+            if r["ours_saved"] != r["ours_saved_walk"]:
+                print(f"note: {name} {attn}: ledger saved peak {mib(r['ours_saved'])} MiB, "
+                      f"ta.memory.saved_bytes(loss) after forward "
+                      f"{mib(r['ours_saved_walk'])} MiB", flush=True)
+            del r["losses"]
+            gc.collect()
+
+    parts = [machine, table(rows), NOTES.rstrip()]
+    if warnings:
+        parts.append("\n".join(warnings))
+    text = "\n\n".join(parts)
+    print()
+    print(table(rows))
+    print()
+    print(NOTES.rstrip())
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
+        print(f"\nwrote {args.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
