@@ -679,3 +679,15 @@ def test_remainder_and_floor_divide():
     assert ta.gradcheck(lambda x: 2.5 % (x.abs() + 1), [x])
     assert (ta.arange(-4, 5) % 3).tolist() == [2, 0, 1, 2, 0, 1, 2, 0, 1]  # Python's sign
     assert (ta.arange(-4, 5) // 3).tolist() == [-2, -1, -1, -1, 0, 0, 0, 1, 1]
+
+
+def test_float32_gelu_and_erf_match_the_exact_float64_path():
+    x64 = ta.randn(2000, dtype=F64) * 3
+    x32 = x64.float().requires_grad_()
+    x64.requires_grad_()
+    y64, y32 = ta.functional.gelu(x64), ta.functional.gelu(x32)
+    y64.sum().backward()
+    y32.sum().backward()
+    np.testing.assert_allclose(y32.detach().numpy(), y64.detach().numpy(), atol=2e-6)
+    np.testing.assert_allclose(x32.grad.numpy(), x64.grad.numpy(), atol=2e-6)
+    assert y32.dtype == ta.float32 and x32.grad.dtype == ta.float32

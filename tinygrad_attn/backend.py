@@ -313,14 +313,38 @@ def index_add(target, dim: int, index, values) -> None:
 _AS_P = 0.3275911
 _AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 _erf64 = np.frompyfunc(math.erf, 1, 1)
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _erfc_tail(abs_z):
+    """1 - erf(|z|) by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32's
+    epsilon), computed in place: `abs_z` is consumed; two more buffers of its size."""
+    a1, a2, a3, a4, a5 = _AS_A
+    t = abs_z * _AS_P
+    t += 1
+    np.reciprocal(t, out=t)
+    y = t * a5
+    for a in (a4, a3, a2, a1):
+        y += a
+        y *= t
+    np.square(abs_z, out=abs_z)
+    np.negative(abs_z, out=abs_z)
+    np.exp(abs_z, out=abs_z)
+    y *= abs_z
+    return y, t
+
+
+def _exact(x) -> bool:
+    """float64 on NumPy goes through the C library's erf, exact to rounding (for checks)."""
+    return x.dtype == np.float64 or not isinstance(x, np.ndarray)
 
 
 def erf(x):
     """The error function, elementwise.
 
     float64 on NumPy uses the C library's erf (exact to rounding; slow, meant for checks);
-    float32/16 on NumPy uses Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32's
-    epsilon) computed in float32; CuPy uses its own erf kernel.
+    float32/16 on NumPy uses Abramowitz & Stegun 7.1.26 in place; CuPy its own kernel.
     """
     if not isinstance(x, np.ndarray):
         import cupyx.scipy.special
@@ -328,12 +352,48 @@ def erf(x):
         return cupyx.scipy.special.erf(x)
     if x.dtype == np.float64:
         return _erf64(x).astype(np.float64)
-    a1, a2, a3, a4, a5 = _AS_A
-    ax = np.abs(x)
-    t = 1.0 / (1.0 + _AS_P * ax)
-    poly = t * (a1 + t * (a2 + t * (a3 + t * (a4 + t * a5))))
-    y = 1.0 - poly * np.exp(-ax * ax)
-    return np.copysign(y, x).astype(x.dtype, copy=False)
+    y, _ = _erfc_tail(np.abs(x))
+    np.subtract(1, y, out=y)
+    return np.copysign(y, x, out=y)
+
+
+def gelu_cdf(x):
+    """Phi(x) = (1 + erf(x / sqrt 2)) / 2, in as few passes and buffers as NumPy allows.
+
+    Returns (cdf, spare) where `spare` is a free buffer of x's shape (or None)."""
+    if _exact(x):
+        return 0.5 * (1 + erf(x * _INV_SQRT2)), None
+    z = np.abs(x)
+    z *= _INV_SQRT2
+    h, spare = _erfc_tail(z)  # 1 - erf(|x| / sqrt 2)
+    h *= -0.5
+    h += 0.5  # erf(|x| / sqrt 2) / 2
+    np.copysign(h, x, out=h)
+    h += 0.5  # Phi(x) = 1/2 + sign(x) erf(|x| / sqrt 2) / 2
+    return h, spare
+
+
+def gelu_forward(x):
+    """x * Phi(x)."""
+    cdf, _ = gelu_cdf(x)
+    cdf *= x
+    return cdf
+
+
+def gelu_backward(x, g):
+    """g * (Phi(x) + x * phi(x)), phi the standard normal density."""
+    cdf, spare = gelu_cdf(x)
+    xp = np if isinstance(x, np.ndarray) else cp
+    if spare is None:
+        return g * (cdf + x * (_INV_SQRT_2PI * xp.exp(-0.5 * x * x)))
+    np.square(x, out=spare)
+    spare *= -0.5
+    np.exp(spare, out=spare)
+    spare *= _INV_SQRT_2PI
+    spare *= x
+    cdf += spare
+    cdf *= g
+    return cdf
 
 
 # ----------------------------------------------------------------------------- RNG

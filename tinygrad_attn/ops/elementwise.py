@@ -403,16 +403,14 @@ class Gelu(Function):
             t = xp.tanh(inner)
             d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * X * X)
             return _wrap(G * (0.5 * (1 + t) + 0.5 * X * (1 - t * t) * d_inner))
-        cdf = 0.5 * (1 + backend.erf(X * _INV_SQRT_2))
-        pdf = _INV_SQRT_2PI * xp.exp(-0.5 * X * X)
-        return _wrap(G * (cdf + X * pdf))
+        return _wrap(backend.gelu_backward(X, G))
 
 
 def _gelu(xp, X, approximate):
     if approximate == "tanh":
         inner = _SQRT_2_OVER_PI * (X + 0.044715 * X * X * X)
         return 0.5 * X * (1 + xp.tanh(inner))
-    return 0.5 * X * (1 + backend.erf(X * _INV_SQRT_2))
+    return backend.gelu_forward(X)
 
 
 class Silu(Function):
