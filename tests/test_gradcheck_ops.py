@@ -691,3 +691,43 @@ def test_float32_gelu_and_erf_match_the_exact_float64_path():
     np.testing.assert_allclose(y32.detach().numpy(), y64.detach().numpy(), atol=2e-6)
     np.testing.assert_allclose(x32.grad.numpy(), x64.grad.numpy(), atol=2e-6)
     assert y32.dtype == ta.float32 and x32.grad.dtype == ta.float32
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_gradcheck_contiguous_and_transposed(reduction):
+    logits = ta.randn(6, 5, dtype=F64, requires_grad=True)
+    logits_t = ta.randn(5, 6, dtype=F64, requires_grad=True)  # used as (6, 5) via .T
+    target = ta.tensor([0, 4, 1, -100, 2, 2])
+    ce = ta.functional.cross_entropy
+    assert ta.gradcheck(lambda z: ce(z, target, reduction=reduction), [logits])
+    assert ta.gradcheck(lambda z: ce(z.T, target, reduction=reduction), [logits_t])
+
+
+def test_cross_entropy_matches_torch_and_rejects_bad_input():
+    torch = pytest.importorskip("torch")
+    logits = ta.randn(7, 4, dtype=F64, requires_grad=True)
+    target = ta.tensor([3, 0, 1, 1, -1, 2, 0])
+    loss = ta.functional.cross_entropy(logits, target, ignore_index=-1)
+    loss.backward()
+    tl = torch.tensor(logits.detach().numpy(), requires_grad=True)
+    ref = torch.nn.functional.cross_entropy(tl, torch.tensor(target.numpy()), ignore_index=-1)
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-12)
+    np.testing.assert_allclose(logits.grad.numpy(), tl.grad.numpy(), atol=1e-12)
+    ce = ta.functional.cross_entropy
+    with pytest.raises(ta.ShapeError, match=r"cross_entropy: expected logits \(N, C\)"):
+        ce(logits, target[:3])
+    with pytest.raises(IndexError, match="cross_entropy: target out of range"):
+        ce(logits, ta.tensor([0, 1, 2, 3, 4, 0, 0]))
+    with pytest.raises(TypeError, match="cross_entropy: target must be integer"):
+        ce(logits, ta.zeros(7))
+
+
+def test_layer_norm_gradcheck_over_two_normalized_dims_noncontiguous():
+    x = ta.randn(3, 5, 4, dtype=F64, requires_grad=True)
+    w = ta.randn(4, 5, dtype=F64, requires_grad=True)
+    b = ta.randn(4, 5, dtype=F64, requires_grad=True)
+    ln = ta.functional.layer_norm
+    assert ta.gradcheck(lambda x, w, b: ln(x.transpose(1, 2), (4, 5), w, b), [x, w, b])
+    with pytest.raises(ta.ShapeError, match="layer_norm: input of shape"):
+        ln(x, (5,), None, None)
