@@ -320,3 +320,15 @@ def test_head_views_backward_writes_into_the_split_buffer_without_reshape_copies
     reasons = [c["reason"] for c in prof.summary()["copies"]]
     assert reasons == ["contiguous"]  # the documented merge of the heads, nothing else
     assert ta.gradcheck(attention, [x, w])
+
+
+def test_logsumexp_output_and_saved_value_are_one_storage():
+    x = ta.randn(64, 32, requires_grad=True)
+    before = memory.live_bytes()
+    y = x.logsumexp(1)                     # (64,) output; backward keeps it as (64, 1)
+    assert memory.live_bytes() - before == 64 * 4
+    (kept_x, kept_y) = y.grad_fn.saved_tensor_list()
+    assert kept_y.shares_storage(y) and kept_x.shares_storage(x)
+    y.sum().backward()
+    np.testing.assert_allclose(
+        x.grad.numpy(), np.exp(x.detach().numpy() - y.detach().numpy()[:, None]), rtol=1e-5)

@@ -34,7 +34,7 @@ from . import storage as _storage
 from .errors import OutOfMemoryError  # noqa: F401 - re-exported: ta.memory.OutOfMemoryError
 
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved", "activation", "temporary")
-TAGS = ("parameter", "gradient", "optimizer_state", "activation", "saved", "temporary")
+TAGS = CATEGORIES  # what tag() accepts
 _ENGINE_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_DIRS = (_ENGINE_DIR, os.path.dirname(contextlib.__file__))
 

@@ -7,7 +7,8 @@ from .. import shape as shp
 from ..errors import DeviceMismatchError, ShapeError
 from ..tensor import Tensor, from_array
 
-__all__ = ["Tensor", "from_array", "xp_of", "operand", "unbroadcast", "check_same_device",
+__all__ = ["Tensor", "from_array", "xp_of", "operand", "unbroadcast", "sum_to",
+           "check_same_device",
            "broadcast_shape", "ShapeError", "shp", "backend", "zeros_array"]
 
 
@@ -55,16 +56,17 @@ def unbroadcast(g: Tensor, shape: tuple) -> Tensor:
     """Sum `g` down to `shape` (the inverse of broadcasting `shape` up to g.shape)."""
     if g.shape == tuple(shape):
         return g
-    arr = g._array()
+    return from_array(sum_to(g._array(), shape, backend.xp_for(g.device)))
+
+
+def sum_to(arr, shape: tuple, xp):
+    """A new array: `arr` summed over the dims that broadcasting `shape` added or stretched.
+    `arr.shape` must differ from `shape` (otherwise there is nothing to sum)."""
     lead = arr.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, s in enumerate(shape) if s == 1 and arr.shape[lead + i] != 1
     )
-    xp = backend.xp_for(g.device)
-    out = xp.sum(arr, axis=axes, keepdims=True) if axes else arr
-    if lead:
-        out = out.reshape(shape)
-    return from_array(out if axes else backend.copy(out))
+    return xp.sum(arr, axis=axes, keepdims=True).reshape(shape)
 
 
 def zeros_array(shape, dtype, device):

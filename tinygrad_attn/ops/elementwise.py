@@ -281,7 +281,8 @@ class Rsqrt(Function):
     @staticmethod
     def forward(ctx, x):
         xp = backend.xp_for(x.device)
-        y = _wrap(xp.reciprocal(xp.sqrt(x._array())))
+        root = xp.sqrt(x._array())
+        y = _wrap(xp.reciprocal(root, out=root))
         ctx.save_for_backward(y)
         return y
 

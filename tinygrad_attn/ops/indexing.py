@@ -52,7 +52,7 @@ class AdvancedIndex(Function):
         except IndexError as e:
             raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
         ctx.in_shape, ctx.index = x.shape, index
-        return from_array(backend.copy(out), "index-gather")
+        return from_array(out, "index-gather")  # integer-array indexing made a new array
 
     @staticmethod
     def backward(ctx, g):

@@ -13,7 +13,7 @@ from .. import backend
 from .. import shape as shp
 from ..autograd import Function, GradMode
 from ..errors import ShapeError
-from ._util import Tensor, check_same_device, from_array, unbroadcast
+from ._util import Tensor, check_same_device, from_array, sum_to, unbroadcast
 from .indexing import _index_arrays
 
 
@@ -213,7 +213,7 @@ class SetItem(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, value, index):
+    def forward(ctx, x, value, index, basic=False):
         X = x._array()
         V = value._array() if type(value) is Tensor else value
         try:
@@ -225,7 +225,7 @@ class SetItem(Function):
                 f"tensor of shape {tuple(x.shape)}: {e}"
             ) from None
         _bump(x)
-        ctx.index = index
+        ctx.index, ctx.basic = index, basic
         ctx.value_shape = value.shape if type(value) is Tensor else None
         return x
 
@@ -239,8 +239,12 @@ class SetItem(Function):
             out[ctx.index] = 0
             gx = from_array(out)
         if nv:
-            part = backend.copy(G[ctx.index])
-            gv = unbroadcast(from_array(part), ctx.value_shape)
+            part = G[ctx.index]  # a view for a basic index, a new array for an advanced one
+            if part.shape != tuple(ctx.value_shape):
+                part = sum_to(part, ctx.value_shape, backend.xp_for(g.device))
+            elif ctx.basic:
+                part = backend.copy(part)  # a gradient needs memory of its own
+            gv = from_array(part)
         return gx, gv
 
 
@@ -297,5 +301,5 @@ def setitem(x: Tensor, index, value) -> None:
     np_index = basic if basic is not None else _index_arrays(x, index)
     if type(value) is not Tensor and not isinstance(value, (int, float, bool)):
         value = Tensor(value, dtype=x.dtype, device=x.device)
-    SetItem.apply(x, value, index=np_index)
+    SetItem.apply(x, value, index=np_index, basic=basic is not None)
     _mark_history(x)

@@ -170,7 +170,8 @@ class LogSumExp(Function):
         ctx.save_for_backward(x, y_keep)
         if keepdim:
             return y_keep
-        return from_array(out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes)))
+        # the output without the reduced dims is a view of the one (saved) storage
+        return y_keep.view(tuple(s for i, s in enumerate(x.shape) if i not in axes))
 
     @staticmethod
     def backward(ctx, g):
