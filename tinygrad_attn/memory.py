@@ -54,6 +54,26 @@ def reset_peak(device: str = "cpu") -> None:
     _storage.reset_peak(backend.canonical_device(device))
 
 
+def reserved_bytes(device: str = "cpu"):
+    """Bytes the allocator holds from the system (live + cached), beside live_bytes.
+
+    cpu: the process's malloc heap (glibc; None elsewhere), which also holds Python objects
+    and other libraries' memory; cuda: CuPy's default memory pool."""
+    return backend.reserved_bytes(backend.canonical_device(device))
+
+
+def keep_freed_host_memory(keep: bool = True) -> bool:
+    """Whether freed host memory stays in the process for reuse (the default; it spares a
+    training step the page faults of re-allocating its activations). False gives it back.
+    Returns False where this cannot be set (malloc other than glibc's)."""
+    return backend.keep_freed_host_memory(keep)
+
+
+def release_host_memory() -> None:
+    """Return cached free host memory to the system now (malloc_trim)."""
+    backend.release_host_memory()
+
+
 # ----------------------------------------------------------------------------- labels
 @contextlib.contextmanager
 def _labelled(key: str, value: str):
@@ -291,6 +311,7 @@ class Profile:
     def __enter__(self) -> Profile:
         self._tracker = _Tracker(self.device, events=True, source_lines=self.source_lines)
         self.baseline_bytes = live_bytes(self.device)
+        self.reserved_start = backend.reserved_bytes(self.device)
         self._started_tracemalloc = False
         if self.raw and self.device == "cpu":
             if not tracemalloc.is_tracing():
@@ -315,6 +336,7 @@ class Profile:
             if self._started_tracemalloc:
                 tracemalloc.stop()
         self.end_bytes = live_bytes(self.device)
+        self.reserved_end = backend.reserved_bytes(self.device)
         self._analyze()
 
     # -- results -----------------------------------------------------------------------
@@ -365,6 +387,9 @@ class Profile:
             "end_bytes": self.end_bytes,
             "peak": dict(self._moment(peak_t), bytes=peak),
             "raw_peak_bytes": self.raw_peak_bytes,
+            "reserved_start_bytes": self.reserved_start,
+            "reserved_end_bytes": self.reserved_end,
+            "keeps_freed_host_memory": backend.keeps_freed_host_memory(),
             "tensor_peak_above_start": peak - base,
             "saved_peak": self._saved_at(saved_peak_t),
             "copies": self._copies(),
@@ -549,6 +574,11 @@ class Profile:
                          " (tracemalloc: includes temporaries inside ops)")
         else:
             lines.append("  raw peak              not measured (profile(raw=True) adds it)")
+        if s["reserved_end_bytes"] is not None:
+            what = ("process malloc heap" if s["device"] == "cpu" else "CuPy memory pool")
+            lines.append(f"  reserved              {fmt_bytes(s['reserved_end_bytes']):>12}"
+                         f" at end, {fmt_bytes(s['reserved_start_bytes'])} at start ({what}:"
+                         " live + cached)")
         lines.append("")
         lines.append("Bytes at peak by category:")
         for c, b in sorted(pk["by_category"].items(), key=lambda x: -x[1]):

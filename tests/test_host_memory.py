@@ -1,0 +1,68 @@
+"""The CPU backend keeps freed host memory for reuse, and the ledger reports it as reserved."""
+
+import platform
+import resource
+
+import pytest
+
+import tinygrad_attn as ta
+
+glibc = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="the host cache is glibc malloc's (mallopt/mallinfo2)")
+
+N = 16 * 2**20 // 4  # 16 MiB of float32: far above glibc's default mmap threshold
+
+
+def _faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+@glibc
+def test_on_by_default_and_reserved_covers_live():
+    assert ta.memory.keep_freed_host_memory(True) is True
+    before = ta.memory.reserved_bytes()
+    x = ta.ones(N)
+    assert ta.memory.reserved_bytes() - before >= x.nbytes - 2**20  # may reuse a little
+    assert ta.memory.reserved_bytes() >= ta.memory.live_bytes()
+
+
+@glibc
+def test_freed_buffer_is_reused_without_page_faults():
+    ta.memory.keep_freed_host_memory(True)
+    x = ta.ones(N)  # the first time, the pages are faulted in
+    del x
+    held = ta.memory.reserved_bytes()
+    f0 = _faults()
+    y = ta.ones(N)  # same size again: served from the kept heap, already mapped
+    faults = _faults() - f0
+    assert faults < N * 4 // 4096 // 100, faults  # under 1% of its 4096 pages
+    assert ta.memory.reserved_bytes() <= held + 2**20
+    assert float(y.sum().item()) == N
+
+
+@glibc
+def test_turning_it_off_gives_memory_back():
+    ta.memory.keep_freed_host_memory(True)
+    x = ta.ones(N)
+    del x
+    kept = ta.memory.reserved_bytes()
+    try:
+        assert ta.memory.keep_freed_host_memory(False) is True
+        assert ta.memory.reserved_bytes() <= kept - N * 4 + 2**20
+    finally:
+        ta.memory.keep_freed_host_memory(True)
+
+
+@glibc
+def test_profile_reports_reserved_beside_live():
+    with ta.memory.profile() as prof:
+        x = ta.ones(N)
+        y = x * 2
+        del y
+    s = prof.summary()
+    assert s["keeps_freed_host_memory"] is True
+    assert s["reserved_end_bytes"] >= s["end_bytes"]
+    assert s["reserved_start_bytes"] > 0
+    assert "reserved" in prof.report()
+    del x
