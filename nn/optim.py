@@ -9,14 +9,13 @@ What a step allocates beyond that state, per parameter:
 - SGD: no Storage (every term is folded in with `mul_` / `add_(x, alpha=a)`; the engine's
   `add_` with alpha != 1 forms `a * x` in one transient array, which the ledger's raw-allocator
   count sees but no Storage holds).
-- AdamW: two parameter-sized temporaries, freed before the next parameter: `grad * grad`
-  (reused as the update buffer) and `exp_avg_sq.sqrt()` (the denominator). The engine has no
-  in-place sqrt, addcmul or addcdiv; PyTorch's own single-tensor AdamW allocates one (denom).
+- AdamW: no Storage either. The update is one engine call, `ta.functional.adamw_update_`,
+  which on CPU runs block by block through a small scratch buffer; written as a chain of
+  in-place ops it would need two parameter-sized temporaries (grad * grad and the
+  denominator sqrt(v)), and PyTorch's own single-tensor AdamW allocates one (denom).
 """
 
 from __future__ import annotations
-
-import math
 
 import tinygrad_attn as ta
 
@@ -220,20 +219,10 @@ class AdamW(Optimizer):
             state["exp_avg"] = self._new_buffer(p)
             state["exp_avg_sq"] = self._new_buffer(p)
         state["step"] += 1
-        step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-
-        if wd != 0:
-            p.mul_(1 - lr * wd)  # decoupled weight decay: shrink p, not the gradient
-        # Scaled terms go through `scratch` rather than add_(x, alpha=a), which would make a
-        # hidden parameter-sized array for a * x inside the engine.
-        scratch = grad * grad  # temporary 1 of 2 (see the module docstring)
-        v.mul_(beta2).add_(scratch.mul_(1 - beta2))
-        m.mul_(beta1).add_(scratch.copy_(grad).mul_(1 - beta1))
-
-        step_size = lr / (1 - beta1**step)
-        denom = v.sqrt()  # temporary 2 of 2
-        denom.div_(math.sqrt(1 - beta2**step)).add_(eps)
-        p.add_(scratch.copy_(m).div_(denom).mul_(-step_size))
+        # one fused in-place update (no parameter-sized temporary; see the module docstring)
+        ta.functional.adamw_update_(p, grad, state["exp_avg"], state["exp_avg_sq"], lr=lr,
+                                    beta1=beta1, beta2=beta2, eps=eps, weight_decay=wd,
+                                    step=state["step"])
 
 
 def configure_adamw(model_or_named_params, weight_decay: float, lr: float,

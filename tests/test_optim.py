@@ -197,9 +197,9 @@ class _BigAllocations:
     (lambda ps: optim.SGD(ps, lr=0.1, weight_decay=0.1), 0, 0),
     (lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.1), 1, 0),
     (lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1), 1, 0),
-    # AdamW: grad * grad (reused for m / denom) and sqrt(v); the engine has no in-place
-    # sqrt / addcmul / addcdiv. Both are freed before the next parameter is updated.
-    (lambda ps: optim.AdamW(ps, lr=0.1, weight_decay=0.1), 2, 2),
+    # AdamW: one fused ta.functional.adamw_update_ call per parameter, which runs through a
+    # block-sized scratch buffer: no parameter-sized Storage
+    (lambda ps: optim.AdamW(ps, lr=0.1, weight_decay=0.1), 2, 0),
 ], ids=["sgd", "sgd-wd", "sgd-momentum", "sgd-nesterov", "adamw"])
 def test_steps_after_the_first_allocate_no_parameter_sized_storage(make, state_buffers,
                                                                    temporaries):

@@ -462,6 +462,51 @@ def gelu_backward(x, g):
     return cdf
 
 
+def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
+    """One AdamW step on arrays, in place (p, m, v), as torch.optim.AdamW computes it:
+
+        p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+        p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+    On NumPy with C-contiguous operands of one dtype it runs block by block with one
+    block-sized scratch buffer (no parameter-sized temporary); otherwise over the whole
+    arrays with one parameter-sized scratch array."""
+    step_size = lr / (1 - beta1**step)
+    inv_bc2 = 1.0 / math.sqrt(1 - beta2**step)
+    decay = 1 - lr * weight_decay
+
+    def update(xp, p, g, m, v, s):
+        if decay != 1:
+            p *= decay
+        m *= beta1
+        xp.multiply(g, 1 - beta1, out=s)
+        m += s
+        v *= beta2
+        xp.multiply(g, g, out=s)
+        s *= 1 - beta2
+        v += s
+        xp.sqrt(v, out=s)
+        s *= inv_bc2
+        s += eps
+        xp.divide(m, s, out=s)
+        s *= -step_size
+        p += s
+
+    if not isinstance(p, np.ndarray):
+        update(cp, p, g, m, v, cp.empty(p.shape, p.dtype))
+        return
+    if not all(isinstance(a, np.ndarray) and a.dtype == p.dtype and a.shape == p.shape
+               and a.flags.c_contiguous for a in (g, m, v, p)):
+        update(np, p, g, m, v, np.empty(p.shape, p.dtype))
+        return
+    pf, gf, mf, vf = (a.reshape(-1) for a in (p, g, m, v))
+    n = pf.size
+    s = np.empty(min(n, _BLOCK), p.dtype)
+    for lo in range(0, n, _BLOCK):
+        hi = min(lo + _BLOCK, n)
+        update(np, pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi], s[:hi - lo])
+
+
 # ----------------------------------------------------------------------------- RNG
 class Generator:
     """One seeded random stream per device, like torch.manual_seed."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import ops
 from .ops import (  # noqa: F401
+    adamw_update_,
     cat,
     cross_entropy,
     dropout,

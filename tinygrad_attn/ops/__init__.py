@@ -42,7 +42,7 @@ from .indexing import (  # noqa: F401
     triu,
     where,
 )
-from .inplace import inplace, setitem  # noqa: F401
+from .inplace import adamw_update_, inplace, setitem  # noqa: F401
 from .movement import (  # noqa: F401
     as_strided,
     chunk,

@@ -303,3 +303,39 @@ def setitem(x: Tensor, index, value) -> None:
         value = Tensor(value, dtype=x.dtype, device=x.device)
     SetItem.apply(x, value, index=np_index, basic=basic is not None)
     _mark_history(x)
+
+
+def adamw_update_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *,
+                  lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
+                  step: int) -> Tensor:
+    """One fused AdamW step, in place on param, exp_avg and exp_avg_sq (torch.optim.AdamW's
+    arithmetic; see backend.adamw_update). Not differentiable: call it under ta.no_grad().
+
+    It allocates no Storage: on CPU the update runs block by block through one small
+    scratch buffer instead of the parameter-sized temporaries that a chain of in-place ops
+    (grad * grad, exp_avg_sq.sqrt(), ...) needs. Returns param."""
+    op = "adamw_update_"
+    names = ("param", "grad", "exp_avg", "exp_avg_sq")
+    tensors = (param, grad, exp_avg, exp_avg_sq)
+    for name, t in zip(names, tensors):
+        if type(t) is not Tensor:
+            raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+    if GradMode.enabled and any(t.requires_grad for t in tensors):
+        raise RuntimeError(f"{op}: an optimizer update is not differentiable; call it under "
+                           "ta.no_grad()")
+    for name, t in zip(names[1:], tensors[1:]):
+        if t.shape != param.shape:
+            raise ShapeError(f"{op}: {name} has shape {tuple(t.shape)}, param has "
+                             f"{tuple(param.shape)}")
+        if t.dtype != param.dtype:
+            raise TypeError(f"{op}: {name} is {t.dtype.name}, param is {param.dtype.name}")
+    check_same_device(op, *tensors)
+    if not param.dtype.is_floating_point:
+        raise TypeError(f"{op}: param must be floating point, got {param.dtype.name}")
+    if int(step) < 1:
+        raise ValueError(f"{op}: step counts from 1, got {step}")
+    backend.adamw_update(param._array(), grad._array(), exp_avg._array(), exp_avg_sq._array(),
+                         lr, beta1, beta2, eps, weight_decay, int(step))
+    for t in (param, exp_avg, exp_avg_sq):
+        _bump(t)
+    return param
