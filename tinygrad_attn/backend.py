@@ -19,6 +19,20 @@ except Exception:  # noqa: BLE001 - a broken CUDA install must not break CPU use
 ndarray_types: tuple = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
 
 
+def _install_array_module(module):
+    """For tests only: make `module` the GPU array library in place of CuPy; returns the
+    previous one (None without CuPy), which `_install_array_module(previous)` restores.
+
+    tests/fake_cupy.py is such a module: NumPy underneath, but its arrays refuse implicit
+    conversion to host arrays as CuPy's do, so the CPU test suite runs the "cuda" code paths.
+    """
+    global cp, ndarray_types
+    previous = cp
+    cp = module
+    ndarray_types = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
+    return previous
+
+
 # ----------------------------------------------------------------------------- dtypes
 class DType:
     """An element type: a name, an item size and whether it is floating point."""
