@@ -24,12 +24,7 @@ def install_fake_cupy(monkeypatch):
     return previous
 
 
-@pytest.fixture(params=DEVICES)
-def device(request, monkeypatch):
-    """Run a test on every device: "cpu", "cuda" (a real GPU; skipped cleanly without one)
-    and "fake-cuda" (the CuPy code paths on tests/fake_cupy.py, whose arrays refuse
-    implicit host conversion as CuPy's do). The test sees the device name "cuda" for both.
-    """
+def _device(request, monkeypatch):
     if request.param != "fake-cuda":
         yield request.param
         return
@@ -40,6 +35,21 @@ def device(request, monkeypatch):
     finally:
         ta.backend._install_array_module(previous)
         ta.manual_seed(0)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request, monkeypatch):
+    """Run a test on every device: "cpu", "cuda" (a real GPU; skipped cleanly without one)
+    and "fake-cuda" (the CuPy code paths on tests/fake_cupy.py, whose arrays refuse
+    implicit host conversion as CuPy's do). The test sees the device name "cuda" for both.
+    """
+    yield from _device(request, monkeypatch)
+
+
+@pytest.fixture(params=DEVICES[1:])
+def gpu_device(request, monkeypatch):
+    """As `device` without "cpu": for tests whose CPU run is already elsewhere."""
+    yield from _device(request, monkeypatch)
 
 
 @pytest.fixture(autouse=True)

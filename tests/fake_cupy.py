@@ -231,9 +231,16 @@ class FakeArray:
             base = base.base
         start = owner.__array_interface__["data"][0] + memptr._offset
         base_start = base.__array_interface__["data"][0]
-        if not base.flags.c_contiguous:
-            raise NotImplementedError("fake cupy: memptr into a non-contiguous allocation")
-        flat = base.reshape(-1).view(np.uint8)
+        if base.flags.c_contiguous:
+            flat = base.reshape(-1).view(np.uint8)
+        else:  # a dense allocation in another axis order (an F-ordered ufunc result)
+            if any(st < 0 for st in base.strides) or base.size == 0:
+                raise NotImplementedError("fake cupy: memptr into a negatively strided array")
+            extent = base.itemsize + sum((n - 1) * st for n, st in zip(base.shape, base.strides))
+            if extent != base.nbytes:
+                raise NotImplementedError("fake cupy: memptr into a non-dense allocation")
+            flat = np.lib.stride_tricks.as_strided(
+                base, (base.size,), (base.itemsize,)).view(np.uint8)
         self._a = np.ndarray(shape, dtype, flat, start - base_start, strides)
 
     # -- what CuPy refuses
@@ -244,6 +251,8 @@ class FakeArray:
         raise TypeError(f"{IMPLICIT} (numpy.{func.__name__} called on a device array)")
 
     def __getattr__(self, name):
+        if name == "_a":  # not yet constructed
+            raise AttributeError(name)
         if name in HOST_ONLY_ATTRS:
             raise AttributeError(f"'cupy.ndarray' object has no attribute '{name}'")
         attr = getattr(self._a, name)
