@@ -268,14 +268,15 @@ def asarray(data, dtype: DType | None, device: str):
     if is_array(data) and device_of(data) == device:
         arr = data.astype(np_dtype, copy=True) if np_dtype is not None else data.copy()
     else:
-        if is_array(data):
+        keep_dtype = is_array(data)  # an array keeps its dtype, whichever device it is on
+        if keep_dtype:
             data = to_host(data)
         elif hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
             data = from_dlpack(data)  # a torch tensor, say: read through DLPack, then copied
             if not isinstance(data, np.ndarray):
                 data = to_host(data)
         host = np.array(data, dtype=np_dtype)
-        if dtype is None:
+        if dtype is None and not keep_dtype:
             if host.dtype.kind == "f":
                 host = host.astype(np.float32)
             elif host.dtype.kind in "iu" and host.dtype != np.uint8:
