@@ -421,15 +421,21 @@ class Generator:
     def manual_seed(self, seed: int) -> None:
         self.seed = int(seed)
         self._cpu = np.random.default_rng(self.seed)
-        self._cuda = {}
+        self._cuda = {}  # device -> number of draws made on it so far
 
     def _rng(self, device: str):
+        """The generator for one draw on `device` (call inside on_device(device)).
+
+        CuPy's generators keep their state in GPU memory with no way to read or restore it
+        (`bit_generator.state` is a method returning a device pointer), so a CUDA stream is
+        a counter instead: draw n is made by a generator seeded with (seed, n). Its state is
+        that count, which get_state/set_state (and so checkpoint's replay) can save exactly.
+        """
         if device == "cpu":
             return self._cpu
-        if device not in self._cuda:
-            with on_device(device):
-                self._cuda[device] = cp.random.default_rng(self.seed)
-        return self._cuda[device]
+        n = self._cuda.get(device, 0)
+        self._cuda[device] = n + 1
+        return cp.random.default_rng([self.seed, n])
 
     def normal(self, shape, dtype: DType, device: str):
         rng = self._rng(device)
@@ -451,14 +457,14 @@ class Generator:
         import copy
 
         return {"seed": self.seed, "cpu": copy.deepcopy(self._cpu.bit_generator.state),
-                "cuda": {d: copy.deepcopy(g.bit_generator.state) for d, g in self._cuda.items()}}
+                "cuda": dict(self._cuda)}
 
     def set_state(self, state) -> None:
         import copy
 
+        self.seed = int(state.get("seed", self.seed))
         self._cpu.bit_generator.state = copy.deepcopy(state["cpu"])
-        for d, st in state.get("cuda", {}).items():
-            self._rng(d).bit_generator.state = copy.deepcopy(st)
+        self._cuda = {d: int(n) for d, n in state.get("cuda", {}).items()}
 
 
 # ----------------------------------------------------------------------------- DLPack
