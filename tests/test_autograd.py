@@ -12,7 +12,6 @@ import torch
 import tinygrad_attn as ta
 from tinygrad_attn.autograd import AccumulateGrad
 
-
 DEVICE = {"name": "cpu"}  # where leaf() builds tensors: test_engine_on_device switches it
 
 
