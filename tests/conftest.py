@@ -1,15 +1,55 @@
+import sys
+
+import fake_cupy
 import pytest
 
 import tinygrad_attn as ta
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not ta.cuda.is_available(), reason="needs CuPy and a CUDA GPU"))]
+REAL_CUDA = ta.cuda.is_available()  # decided before any test can install the fake
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not REAL_CUDA,
+                                                  reason="needs CuPy and a CUDA GPU")),
+    "fake-cuda",
+]
+
+
+def install_fake_cupy(monkeypatch):
+    """Make tests/fake_cupy.py the backend's CuPy until the test ends (device "cuda:0")."""
+    previous = ta.backend._install_array_module(fake_cupy)
+    for name, module in fake_cupy.MODULES.items():
+        if name != "cupy":
+            monkeypatch.setitem(sys.modules, name, module)
+    return previous
+
+
+def _device(request, monkeypatch):
+    if request.param != "fake-cuda":
+        yield request.param
+        return
+    previous = install_fake_cupy(monkeypatch)
+    ta.manual_seed(0)  # fresh per-device RNG streams on the fake
+    try:
+        yield "cuda"
+    finally:
+        ta.backend._install_array_module(previous)
+        ta.manual_seed(0)
 
 
 @pytest.fixture(params=DEVICES)
-def device(request):
-    """Run a test on every device this machine has ("cuda" skips cleanly without a GPU)."""
-    return request.param
+def device(request, monkeypatch):
+    """Run a test on every device: "cpu", "cuda" (a real GPU; skipped cleanly without one)
+    and "fake-cuda" (the CuPy code paths on tests/fake_cupy.py, whose arrays refuse
+    implicit host conversion as CuPy's do). The test sees the device name "cuda" for both.
+    """
+    yield from _device(request, monkeypatch)
+
+
+@pytest.fixture(params=DEVICES[1:])
+def gpu_device(request, monkeypatch):
+    """As `device` without "cpu": for tests whose CPU run is already elsewhere."""
+    yield from _device(request, monkeypatch)
 
 
 @pytest.fixture(autouse=True)

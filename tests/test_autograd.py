@@ -12,23 +12,26 @@ import torch
 import tinygrad_attn as ta
 from tinygrad_attn.autograd import AccumulateGrad
 
+DEVICE = {"name": "cpu"}  # where leaf() builds tensors: test_engine_on_device switches it
+
 
 def leaf(values, dtype=ta.float64):
-    return ta.tensor(np.asarray(values, dtype=np.float64), dtype=dtype, requires_grad=True)
+    return ta.tensor(np.asarray(values, dtype=np.float64), dtype=dtype, requires_grad=True,
+                     device=DEVICE["name"])
 
 
 def host(t):
-    return t.detach().numpy()
+    return t.detach().cpu().numpy()
 
 
 # ----------------------------------------------------------------------------- accumulation
 def test_grad_accumulates_over_two_backward_calls():
     x = leaf([1.0, -2.0, 3.0])
     (x * x).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [2.0, -4.0, 6.0])
+    np.testing.assert_allclose(host(x.grad), [2.0, -4.0, 6.0])
     first = x.grad
     (x * 3.0).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [5.0, -1.0, 9.0])
+    np.testing.assert_allclose(host(x.grad), [5.0, -1.0, 9.0])
     assert x.grad is first  # accumulated in place into the same tensor
 
 
@@ -36,10 +39,10 @@ def test_retain_graph_allows_second_backward():
     x = leaf([0.5, 1.5])
     y = (x.exp() * x).sum()
     y.backward(retain_graph=True)
-    once = x.grad.numpy().copy()
+    once = host(x.grad).copy()
     np.testing.assert_allclose(once, np.exp([0.5, 1.5]) * (1 + np.array([0.5, 1.5])))
     y.backward()
-    np.testing.assert_allclose(x.grad.numpy(), 2 * once)
+    np.testing.assert_allclose(host(x.grad), 2 * once)
 
 
 def test_second_backward_without_retain_graph_raises():
@@ -73,7 +76,7 @@ def test_saved_intermediate_storage_dies_after_backward():
         assert ref() is None   # freed by refcount at backward, no gc needed
     finally:
         gc.enable()
-    np.testing.assert_allclose(x.grad.numpy(), 3.0 / (3.0 * np.array([1.0, 2.0, 3.0]) + 1.0))
+    np.testing.assert_allclose(host(x.grad), 3.0 / (3.0 * np.array([1.0, 2.0, 3.0]) + 1.0))
 
 
 @pytest.mark.parametrize("op", ["softmax", "exp", "tanh"])
@@ -130,7 +133,7 @@ def test_enable_grad_inside_no_grad():
     assert y.requires_grad and y.grad_fn is not None and y.grad_fn.name == "SumBackward"
     assert not z.requires_grad and z.grad_fn is None
     y.backward()
-    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+    np.testing.assert_allclose(host(x.grad), [2.0, 4.0])
 
 
 def test_grad_mode_decorators():
@@ -260,11 +263,11 @@ def test_hook_on_leaf_can_replace_grad_and_be_removed():
     handle = x.register_hook(double)
     (x * x).sum().backward()
     np.testing.assert_allclose(seen[0], [2.0, 4.0])
-    np.testing.assert_allclose(x.grad.numpy(), [4.0, 8.0])
+    np.testing.assert_allclose(host(x.grad), [4.0, 8.0])
     handle.remove()
     x.grad = None
     (x * x).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+    np.testing.assert_allclose(host(x.grad), [2.0, 4.0])
     assert len(seen) == 1
 
 
@@ -280,13 +283,13 @@ def test_hook_on_non_leaf_replaces_grad_flowing_on():
     handle = h.register_hook(hook)
     (h * h).sum().backward(retain_graph=True)
     np.testing.assert_allclose(seen[0], 2 * 3.0 * np.array([1.0, 2.0]))  # d/dh = 2h
-    np.testing.assert_allclose(x.grad.numpy(), 10 * 3.0 * 2 * 3.0 * np.array([1.0, 2.0]))
+    np.testing.assert_allclose(host(x.grad), 10 * 3.0 * 2 * 3.0 * np.array([1.0, 2.0]))
     assert h.grad is None  # a hook does not retain the grad
     handle.remove()
     x.grad = None
     h2 = h * h
     h2.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 3.0 * 2 * 3.0 * np.array([1.0, 2.0]))
+    np.testing.assert_allclose(host(x.grad), 3.0 * 2 * 3.0 * np.array([1.0, 2.0]))
 
 
 def test_hook_returning_none_keeps_grad():
@@ -294,7 +297,7 @@ def test_hook_returning_none_keeps_grad():
     seen = []
     x.register_hook(lambda g: seen.append(g.numpy().copy()))
     (x * 5.0).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [5.0, 5.0])
+    np.testing.assert_allclose(host(x.grad), [5.0, 5.0])
     np.testing.assert_allclose(seen[0], [5.0, 5.0])
 
 
@@ -311,8 +314,8 @@ def test_retain_grad_sees_grad_after_hooks():
             h.retain_grad()
             h.register_hook(lambda g: g * 10.0)
         (h * h).sum().backward()
-        np.testing.assert_allclose(x.grad.numpy(), [180.0, 360.0])
-        np.testing.assert_allclose(h.grad.numpy(), [60.0, 120.0], err_msg=f"{hook_first=}")
+        np.testing.assert_allclose(host(x.grad), [180.0, 360.0])
+        np.testing.assert_allclose(host(h.grad), [60.0, 120.0], err_msg=f"{hook_first=}")
 
 
 def test_hook_runs_once_with_summed_grad():
@@ -327,7 +330,7 @@ def test_hook_runs_once_with_summed_grad():
     expected = np.exp(hv) + lb * 2 * (1 - np.tanh(3 * hv) ** 2) * 3 + 1
     assert len(calls) == 1
     np.testing.assert_allclose(calls[0], expected)
-    np.testing.assert_allclose(x.grad.numpy(), 2 * expected)
+    np.testing.assert_allclose(host(x.grad), 2 * expected)
 
 
 def test_register_hook_without_grad_raises():
@@ -341,9 +344,9 @@ def test_retain_grad():
     u = x * 4.0
     h.retain_grad()
     (h * h + u).sum().backward()
-    np.testing.assert_allclose(h.grad.numpy(), 2 * 3.0 * np.array([1.0, 2.0]))
+    np.testing.assert_allclose(host(h.grad), 2 * 3.0 * np.array([1.0, 2.0]))
     assert u.grad is None  # non-leaf grads are not kept unless asked for
-    np.testing.assert_allclose(x.grad.numpy(), 18.0 * np.array([1.0, 2.0]) + 4.0)
+    np.testing.assert_allclose(host(x.grad), 18.0 * np.array([1.0, 2.0]) + 4.0)
 
 
 # ----------------------------------------------------------------------------- autograd.grad
@@ -412,7 +415,7 @@ def test_inplace_on_unsaved_tensor_is_fine_and_rebases_history():
     y.mul_(3.0)   # y = 3 * (2x + 1)
     assert y.grad_fn.name == "MulInplaceBackward"
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [6.0, 6.0])
+    np.testing.assert_allclose(host(x.grad), [6.0, 6.0])
     np.testing.assert_allclose(host(y), [9.0, 15.0])
 
 
@@ -453,7 +456,7 @@ def test_inplace_under_no_grad_on_leaf_is_allowed():
     assert w._version == 1
     w.grad = None
     (w + 1.0).sum().backward()  # still usable as a leaf afterwards
-    np.testing.assert_allclose(w.grad.numpy(), [1.0, 1.0])
+    np.testing.assert_allclose(host(w.grad), [1.0, 1.0])
 
 
 def test_view_of_leaf_survives_optimizer_step():
@@ -465,7 +468,7 @@ def test_view_of_leaf_survives_optimizer_step():
         w.sub_(1.0)
     np.testing.assert_allclose(host(head), [0.0, 1.0])
     (head * head).sum().backward()
-    np.testing.assert_allclose(w.grad.numpy(), [0.0, 2.0, 0.0])
+    np.testing.assert_allclose(host(w.grad), [0.0, 2.0, 0.0])
 
 
 # ----------------------------------------------------------------------------- custom Function
@@ -502,7 +505,7 @@ def test_custom_function():
     assert saved is x
     np.testing.assert_allclose(host(y), [1.0, -8.0, 0.125])
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [3.0, 12.0, 0.75])
+    np.testing.assert_allclose(host(x.grad), [3.0, 12.0, 0.75])
     assert ta.gradcheck(Cube.apply, [leaf(np.linspace(-1.5, 2.0, 6).reshape(2, 3))])
 
 
@@ -542,7 +545,7 @@ def test_diamond_graph():
     at = ht.exp()
     bt = ht.tanh() * xt
     (at * bt + at).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(host(x.grad), host(xt.grad), rtol=1e-12)
 
 
 def test_fan_out_gradients_sum():
@@ -550,7 +553,7 @@ def test_fan_out_gradients_sum():
     y = (x * x + x + x.exp() * x).sum()
     y.backward()
     xv = np.array([1.0, 2.0, -3.0])
-    np.testing.assert_allclose(x.grad.numpy(), 2 * xv + 1 + np.exp(xv) * (xv + 1))
+    np.testing.assert_allclose(host(x.grad), 2 * xv + 1 + np.exp(xv) * (xv + 1))
 
 
 def test_fan_out_of_non_leaf_gradients_sum():
@@ -558,7 +561,7 @@ def test_fan_out_of_non_leaf_gradients_sum():
     h = x * 2.0
     (h + h + h * h).sum().backward()
     xv = np.array([1.0, 2.0])
-    np.testing.assert_allclose(x.grad.numpy(), 2 * (2 + 2 * (2 * xv)))
+    np.testing.assert_allclose(host(x.grad), 2 * (2 + 2 * (2 * xv)))
 
 
 class TwiceSum(ta.autograd.Function):
@@ -584,7 +587,7 @@ def test_same_gradient_tensor_for_two_inputs_is_not_aliased():
     xt = _torch(vals)
     at, bt = xt.exp(), xt.tanh()
     ((at * 5.0) + (at + bt) * 2.0).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(host(x.grad), host(xt.grad), rtol=1e-12)
 
 
 def test_same_gradient_tensor_for_leaf_and_node():
@@ -593,16 +596,16 @@ def test_same_gradient_tensor_for_leaf_and_node():
     y = (x * 3.0 + TwiceSum.apply(x, b)).sum()
     y.backward()
     xv = np.array([1.0, 2.0])
-    np.testing.assert_allclose(x.grad.numpy(), 3.0 + 2.0 + 2.0 * (1 - np.tanh(xv) ** 2))
+    np.testing.assert_allclose(host(x.grad), 3.0 + 2.0 + 2.0 * (1 - np.tanh(xv) ** 2))
 
 
 def test_slice_grads_on_a_leaf():
     x = leaf([1.0, 2.0, 3.0, 4.0])
     (x[0:2].sum() + x[1:3].sum()).backward()
-    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 2.0, 1.0, 0.0])
+    np.testing.assert_array_equal(host(x.grad), [1.0, 2.0, 1.0, 0.0])
     x.grad = None
     (x[0:2] * 3.0).sum().backward()  # one slice alone: zeros where it doesn't read
-    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0, 0.0, 0.0])
+    np.testing.assert_array_equal(host(x.grad), [3.0, 3.0, 0.0, 0.0])
 
 
 def test_slice_grads_2d_leaf_with_steps():
@@ -613,14 +616,14 @@ def test_slice_grads_2d_leaf_with_steps():
     expected[:, ::2] += 1
     expected[1] += 2
     expected[:, 1:] += 2 * xv[:, 1:]
-    np.testing.assert_allclose(x.grad.numpy(), expected)
+    np.testing.assert_allclose(host(x.grad), expected)
 
 
 def test_backward_with_explicit_gradient():
     x = leaf([1.0, 2.0])
     y = x * x
     y.backward(ta.tensor([1.0, -1.0], dtype=ta.float64))
-    np.testing.assert_allclose(x.grad.numpy(), [2.0, -4.0])
+    np.testing.assert_allclose(host(x.grad), [2.0, -4.0])
 
 
 def test_grad_dtype_matches_leaf():
@@ -629,3 +632,37 @@ def test_grad_dtype_matches_leaf():
     assert x.grad.dtype is ta.float32
     assert not x.grad.requires_grad and x.grad.grad_fn is None
     assert not x.grad.shares_storage(x)
+
+
+ON_DEVICE = [
+    test_grad_accumulates_over_two_backward_calls,
+    test_retain_graph_allows_second_backward,
+    test_second_backward_without_retain_graph_raises,
+    test_saved_tensors_freed_after_backward,
+    test_detach_shares_storage,
+    test_requires_grad_false_on_non_leaf_raises,
+    test_grad_fn_names_and_next_functions,
+    test_saved_tensor_list_shows_what_was_saved,
+    test_retain_grad_sees_grad_after_hooks,
+    test_retain_grad,
+    test_inplace_on_saved_tensor_raises_at_backward,
+    test_inplace_on_saved_input_raises_at_backward,
+    test_inplace_on_unsaved_tensor_is_fine_and_rebases_history,
+    test_inplace_on_leaf_requiring_grad_raises,
+    test_inplace_under_no_grad_on_leaf_is_allowed,
+    test_view_of_leaf_survives_optimizer_step,
+    test_custom_function,
+    test_gradcheck_reports_wrong_backward,
+    test_fan_out_gradients_sum,
+    test_fan_out_of_non_leaf_gradients_sum,
+    test_same_gradient_tensor_for_leaf_and_node,
+    test_slice_grads_on_a_leaf,
+    test_slice_grads_2d_leaf_with_steps,
+]
+
+
+@pytest.mark.parametrize("test", ON_DEVICE, ids=[t.__name__[5:] for t in ON_DEVICE])
+def test_engine_on_device(gpu_device, test, monkeypatch):
+    """The engine tests above whose tensors come from leaf(), with them on the GPU."""
+    monkeypatch.setitem(DEVICE, "name", gpu_device)
+    test()

@@ -84,3 +84,32 @@ def test_cuda_dlpack_with_torch(device):
     assert t[1, 2].item() == 42.0
     back = torch.from_dlpack(t)
     assert back.data_ptr() == src.data_ptr()
+
+
+def test_tensor_from_an_array_keeps_its_dtype_on_every_device(device):
+    # an array's dtype is kept whether or not it has to cross to another device (the GPU
+    # path once cast float64 to float32 and int32 to int64, unlike the CPU path)
+    for arr, want in ((np.arange(3.0), ta.float64), (np.arange(3, dtype=np.int32), ta.int32),
+                      (np.arange(3, dtype=np.float16), ta.float16)):
+        t = ta.tensor(arr, device=device)
+        assert (t.dtype, t.device) == (want, ta.backend.canonical_device(device))
+        np.testing.assert_array_equal(t.cpu().numpy(), arr)
+    assert ta.tensor([1.0, 2.0], device=device).dtype == ta.float32  # Python data: defaults
+    assert ta.tensor([1, 2], device=device).dtype == ta.int64
+
+
+def test_rng_state_round_trips_on_every_device(device):
+    # CuPy's generators cannot export their state: a CUDA stream's state is a draw count,
+    # JSON-able like the CPU's (the trainer writes it into checkpoints as JSON)
+    import json
+
+    ta.manual_seed(3)
+    ta.randn(4, device=device)
+    state = json.loads(json.dumps(ta.get_rng_state()))
+    a = [ta.randn(5, device=device).cpu().numpy(), ta.rand(3, device=device).cpu().numpy()]
+    ta.manual_seed(99)
+    ta.set_rng_state(state)
+    b = [ta.randn(5, device=device).cpu().numpy(), ta.rand(3, device=device).cpu().numpy()]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a[0][:3], a[1])  # real draws, not a constant

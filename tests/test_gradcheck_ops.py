@@ -20,6 +20,13 @@ silu = ta.functional.silu
 
 
 # ----------------------------------------------------------------------------- inputs
+DEVICE = {"name": "cpu"}  # where the inputs are built: test_op_on_device switches it
+
+
+def _on_device(t):
+    return t if DEVICE["name"] == "cpu" else t.to(DEVICE["name"])
+
+
 def _leaf(shape, domain):
     t = ta.randn(*shape, dtype=F64)
     a = t.numpy()
@@ -32,7 +39,7 @@ def _leaf(shape, domain):
         a[near] *= 1.5
     else:
         assert domain == "real", domain
-    return t.requires_grad_()
+    return _on_device(t).requires_grad_()
 
 
 def make(shape, view="contiguous", domain="real"):
@@ -75,7 +82,7 @@ def check(fn, specs, seed=0):
 
 def _mask(shape, seed=1):
     rng = np.random.default_rng(seed)
-    return ta.tensor(rng.random(shape) < 0.5)
+    return ta.tensor(rng.random(shape) < 0.5, device=DEVICE["name"])
 
 
 # ----------------------------------------------------------------------------- unary
@@ -290,19 +297,32 @@ def test_matmul_with_transposed_views_inside(how):
 
 
 # ----------------------------------------------------------------------------- view ops
-IDX = ta.tensor([2, 0, 2])
-IDX_COL = ta.tensor([3, 1, 3, 0])
-IDX_2D = ta.tensor([[0, 1], [1, 1]])
+def _t(data, **kwargs):
+    """A constant tensor (an index, a mask) on the device the inputs are built on."""
+    return ta.tensor(data, device=DEVICE["name"], **kwargs)
+
+
+def IDX():  # noqa: N802 - reads as the constant it was
+    return _t([2, 0, 2])
+
+
+def IDX_COL():  # noqa: N802
+    return _t([3, 1, 3, 0])
+
+
+def IDX_2D():  # noqa: N802
+    return _t([[0, 1], [1, 1]])
 
 VIEW_OPS = {
     "view_flat": (lambda x: x.view(-1), ["contiguous"]),
     "view_split_last": (lambda x: x.view(2, 3, 2, 2), ["contiguous", "transposed", "sliced"]),
     "view_merge_first": (lambda x: x.view(6, 4), ["contiguous", "sliced"]),
     "view_tuple": (lambda x: x.view((4, 6)), ["contiguous"]),
-    "view_as": (lambda x: x.view_as(ta.zeros(6, 4)), ["contiguous"]),
+    "view_as": (lambda x: x.view_as(ta.zeros(6, 4, device=DEVICE["name"])), ["contiguous"]),
     "reshape": (lambda x: x.reshape(4, -1), ["contiguous", "transposed", "sliced"]),
     "reshape_flat": (lambda x: x.reshape(-1), ["contiguous", "transposed", "sliced"]),
-    "reshape_as": (lambda x: x.reshape_as(ta.zeros(3, 8)), ["contiguous", "transposed"]),
+    "reshape_as": (lambda x: x.reshape_as(ta.zeros(3, 8, device=DEVICE["name"])),
+                   ["contiguous", "transposed"]),
     "transpose": (lambda x: x.transpose(0, 2), ["contiguous", "transposed", "sliced"]),
     "transpose_neg": (lambda x: x.transpose(-1, -2) * 2, ["contiguous", "transposed"]),
     "permute": (lambda x: x.permute(2, 0, 1), ["contiguous", "transposed", "sliced"]),
@@ -319,7 +339,7 @@ VIEW_OPS = {
     "index_ellipsis": (lambda x: x[..., 2], ["contiguous", "transposed", "sliced"]),
     "index_ellipsis_none": (lambda x: x[:, None, ..., 0], ["contiguous", "sliced"]),
     "index_scalar": (lambda x: x[0, 1, 2], ["contiguous", "transposed"]),
-    "index_tensor_int": (lambda x: x[ta.tensor(1)], ["contiguous", "sliced"]),
+    "index_tensor_int": (lambda x: x[_t(1)], ["contiguous", "sliced"]),
     "index_twice": (lambda x: x[0] * x[1, ::2].sum() + x[1, 2], ["contiguous", "transposed"]),
     "split_int": (lambda x: _use_parts(x.split(1, dim=1)), ["contiguous", "transposed", "sliced"]),
     "split_int_uneven": (lambda x: _use_first_two(x.split(3, dim=-1)), ["contiguous", "sliced"]),
@@ -383,7 +403,7 @@ EXPAND_OPS = {
     "expand_same_ndim": lambda x: x.expand(3, 4) * x.expand(3, 4),
     "broadcast_to": lambda x: x.broadcast_to((2, 3, 4)),
     "expand_contiguous": lambda x: x.expand(2, 3, 4).contiguous() * 2,
-    "expand_as": lambda x: x.expand_as(ta.zeros(2, 3, 4)),
+    "expand_as": lambda x: x.expand_as(ta.zeros(2, 3, 4, device=DEVICE["name"])),
 }
 
 
@@ -440,16 +460,16 @@ COPY_OPS = {
     "contiguous": lambda x: x.contiguous(),
     "clone": lambda x: x.clone(),
     "clone_then_view": lambda x: x.clone().transpose(0, 1)[::2],
-    "index_tensor_repeated": lambda x: x[IDX],
+    "index_tensor_repeated": lambda x: x[IDX()],
     "index_list_repeated": lambda x: x[[0, 2, 0, 0]],
-    "index_negative": lambda x: x[ta.tensor([-1, 0, -1])],
+    "index_negative": lambda x: x[_t([-1, 0, -1])],
     "index_bool_mask": lambda x: x[_mask((3, 4))],
-    "index_bool_rows": lambda x: x[ta.tensor([True, False, True])],
-    "index_cols_repeated": lambda x: x[:, IDX_COL],
-    "index_pairs": lambda x: x[IDX, ta.tensor([1, 1, 3])],
-    "index_2d_tensor": lambda x: x[IDX_2D],
+    "index_bool_rows": lambda x: x[_t([True, False, True])],
+    "index_cols_repeated": lambda x: x[:, IDX_COL()],
+    "index_pairs": lambda x: x[IDX(), _t([1, 1, 3])],
+    "index_2d_tensor": lambda x: x[IDX_2D()],
     "index_slice_and_list": lambda x: x[1:, [0, 0, 2]],
-    "index_int_and_tensor": lambda x: x[1, IDX_COL],
+    "index_int_and_tensor": lambda x: x[1, IDX_COL()],
     "tril": lambda x: x.tril(),
     "tril_minus1": lambda x: ta.tril(x, -1),
     "tril_plus1": lambda x: x.tril(1),
@@ -459,11 +479,11 @@ COPY_OPS = {
     "masked_fill": lambda x: x.masked_fill(_mask((3, 4)), 3.0),
     "masked_fill_row_mask": lambda x: x.masked_fill(_mask((1, 4), seed=3), -2.0),
     "masked_fill_vec_mask": lambda x: ta.masked_fill(x, _mask((4,), seed=5), 0.0),
-    "gather_dim0": lambda x: x.gather(0, ta.tensor([[2, 0, 2, 1], [0, 0, 1, 2]])),
-    "gather_dim1": lambda x: ta.gather(x, 1, ta.tensor([[3, 3, 0], [1, 2, 1], [0, 0, 0]])),
-    "gather_smaller": lambda x: x.gather(-1, ta.tensor([[1], [3]])),
-    "index_select_dim0": lambda x: x.index_select(0, ta.tensor([2, 0, 2, 1])),
-    "index_select_dim1": lambda x: ta.index_select(x, 1, ta.tensor([3, 3, 0])),
+    "gather_dim0": lambda x: x.gather(0, _t([[2, 0, 2, 1], [0, 0, 1, 2]])),
+    "gather_dim1": lambda x: ta.gather(x, 1, _t([[3, 3, 0], [1, 2, 1], [0, 0, 0]])),
+    "gather_smaller": lambda x: x.gather(-1, _t([[1], [3]])),
+    "index_select_dim0": lambda x: x.index_select(0, _t([2, 0, 2, 1])),
+    "index_select_dim1": lambda x: ta.index_select(x, 1, _t([3, 3, 0])),
     "where_scalar_other": lambda x: ta.where(_mask((3, 4)), x, 0.5),
     "where_scalar_self": lambda x: ta.where(_mask((3, 4)), -1.0, x * 2),
     "where_method": lambda x: x.where(_mask((3, 4)), x.exp()),
@@ -486,7 +506,7 @@ def test_tri_batched(op, view):
 
 
 def test_gather_3d():
-    idx = ta.tensor([[[0, 0, 2]], [[1, 2, 1]]])  # (2, 1, 3) into (2, 3, 4) along -1
+    idx = _t([[[0, 0, 2]], [[1, 2, 1]]])  # (2, 1, 3) into (2, 3, 4) along -1
     check(lambda x: x.gather(-1, idx), [((2, 3, 4), "sliced", "real")])
 
 
@@ -526,7 +546,7 @@ def test_where_two_tensors(layout):
 
 
 def test_masked_fill_attention_mask():
-    causal = ta.ones(3, 3, dtype=ta.bool).tril()
+    causal = ta.ones(3, 3, dtype=ta.bool, device=DEVICE["name"]).tril()
 
     def fn(s):
         return s.masked_fill(~causal, float("-inf")).softmax(-1)
@@ -541,10 +561,21 @@ def test_masked_fill_value_tensor_gets_gradient():
 
 
 # ----------------------------------------------------------------------------- in place
+class _Late:
+    """A constant tensor built when the checked function runs (on the inputs' device)."""
+
+    def __init__(self, make, *args):
+        self.make, self.args = make, args
+
+    @staticmethod
+    def get(x):
+        return x.make(*x.args) if isinstance(x, _Late) else x
+
+
 def _inplace(method, *args, **kwargs):
     def fn(x, *others):
         y = x * 1  # a non-leaf: in-place ops rebase its history
-        getattr(y, method)(*(others + args), **kwargs)
+        getattr(y, method)(*(others + tuple(_Late.get(a) for a in args)), **kwargs)
         return y
 
     return fn
@@ -553,7 +584,7 @@ def _inplace(method, *args, **kwargs):
 def _setitem(index):
     def fn(x, z):
         y = x * 1
-        y[index] = z
+        y[_Late.get(index)] = z
         return y
 
     return fn
@@ -562,7 +593,7 @@ def _setitem(index):
 def _setitem_scalar(index, value):
     def fn(x):
         y = x * 2
-        y[index] = value
+        y[_Late.get(index)] = value
         return y.exp()
 
     return fn
@@ -585,8 +616,8 @@ INPLACE = {
     "div_broadcast": (_inplace("div_"), [_c((3, 4)), ((4,), "contiguous", "nonzero")]),
     "div_sliced_other": (_inplace("div_"), [_c((3, 4)), ((3, 4), "sliced", "nonzero")]),
     "div_scalar": (_inplace("div_", 4.0), [_c((3, 4))]),
-    "masked_fill_": (_inplace("masked_fill_", _mask((3, 4)), 2.0), [_c((3, 4))]),
-    "masked_fill_broadcast": (_inplace("masked_fill_", _mask((4,)), 0.0), [_c((3, 4))]),
+    "masked_fill_": (_inplace("masked_fill_", _Late(_mask, (3, 4)), 2.0), [_c((3, 4))]),
+    "masked_fill_broadcast": (_inplace("masked_fill_", _Late(_mask, (4,)), 0.0), [_c((3, 4))]),
     "clamp_": (_inplace("clamp_", -0.5, 0.5), [((3, 4), "contiguous", "clamp")]),
     "clamp_min_only": (_inplace("clamp_", -0.5), [((3, 4), "contiguous", "clamp")]),
     "clamp_max_only": (_inplace("clamp_", None, 0.5), [((3, 4), "contiguous", "clamp")]),
@@ -595,13 +626,13 @@ INPLACE = {
     "setitem_column": (_setitem((slice(None), 1)), [_c((3, 4)), _c((3,))]),
     "setitem_step": (_setitem((slice(1, None), slice(None, None, 2))), [_c((3, 4)), _c((2, 2))]),
     "setitem_broadcast": (_setitem(slice(0, 2)), [_c((3, 4)), _c((4,))]),
-    "setitem_tensor_index": (_setitem(ta.tensor([2, 0])), [_c((3, 4)), _c((2, 4))]),
+    "setitem_tensor_index": (_setitem(_Late(_t, [2, 0])), [_c((3, 4)), _c((2, 4))]),
     "setitem_list_index": (_setitem([0, 2]), [_c((3, 4)), _c((1, 4))]),
-    "setitem_bool_mask": (_setitem(_mask((3, 4))), [_c((3, 4)), _c(())]),
+    "setitem_bool_mask": (_setitem(_Late(_mask, (3, 4))), [_c((3, 4)), _c(())]),
     "setitem_transposed_value": (_setitem(slice(None)), [_c((3, 4)),
                                                          ((3, 4), "transposed", "real")]),
     "setitem_scalar": (_setitem_scalar((1, 2), 1.5), [_c((3, 4))]),
-    "setitem_scalar_mask": (_setitem_scalar(_mask((3, 4)), -1.0), [_c((3, 4))]),
+    "setitem_scalar_mask": (_setitem_scalar(_Late(_mask, (3, 4)), -1.0), [_c((3, 4))]),
 }
 
 
@@ -636,9 +667,10 @@ def test_inplace_result_feeds_later_ops():
 
 def test_setitem_into_constant_buffer():
     def fn(x, z):
-        buf = ta.zeros(3, 4, dtype=F64)  # does not require grad until it receives z
+        # does not require grad until it receives z
+        buf = ta.zeros(3, 4, dtype=F64, device=DEVICE["name"])
         buf[1] = z
-        buf[ta.tensor([0, 2]), 1:3] = x
+        buf[_t([0, 2]), 1:3] = x
         return buf * 2
 
     check(fn, [_c((2, 2)), _c((4,))])
@@ -731,3 +763,54 @@ def test_layer_norm_gradcheck_over_two_normalized_dims_noncontiguous():
     assert ta.gradcheck(lambda x, w, b: ln(x.transpose(1, 2), (4, 5), w, b), [x, w, b])
     with pytest.raises(ta.ShapeError, match="layer_norm: input of shape"):
         ln(x, (5,), None, None)
+
+
+# ----------------------------------------------------------------------------- on device
+ON_DEVICE = (
+    [(test_unary, {"op": op, "view": "transposed"}) for op in UNARY]
+    + [(test_binary, {"op": op, "layout": "rhs_row"}) for op in BINARY]
+    + [(test_binary, {"op": "mul", "layout": lay}) for lay in BINARY_LAYOUTS]
+    + [(test_sum_mean_var, {"op": op, "dim": (0, 2), "keepdim": True, "view": "sliced"})
+       for op in ("sum", "mean", "var")]
+    + [(test_sum_mean_var, {"op": "sum", "dim": None, "keepdim": False, "view": "expand:2x1x4"}),
+       (test_var_std_correction, {"dim": 1, "correction": 2}),
+       (test_max_min_dim, {"op": "max", "dim": 1, "keepdim": False, "view": "transposed"}),
+       (test_max_min_dim, {"op": "min", "dim": -1, "keepdim": True, "view": "sliced"}),
+       (test_max_min_all, {"op": "max", "view": "expand:2x1x4"}),
+       (test_logsumexp, {"dim": (0, 2), "keepdim": False, "view": "transposed"}),
+       (test_softmax, {"op": "softmax", "dim": 1, "view": "transposed"}),
+       (test_softmax, {"op": "log_softmax", "dim": -1, "view": "sliced"}),
+       (test_matmul_with_transposed_views_inside, {"how": "permute"}),
+       (test_views_share_memory_and_reshape_paths, {}),
+       (test_as_strided_of_a_view, {"view": "sliced"}),
+       (test_tri_batched, {"op": "triu", "view": "transposed"}),
+       (test_gather_3d, {}),
+       (test_masked_fill_attention_mask, {}),
+       (test_masked_fill_value_tensor_gets_gradient, {})]
+    + [(test_matmul, {"case": case}) for case in MATMUL]
+    + [(test_view_op, {"op": op, "view": views[-1]}) for op, (_, views) in VIEW_OPS.items()]
+    + [(test_expand, {"op": op, "view": "sliced"}) for op in EXPAND_OPS]
+    + [(test_squeeze, {"op": op, "view": "transposed"}) for op in SQUEEZE_OPS]
+    + [(test_as_strided, {"case": case}) for case in AS_STRIDED]
+    + [(test_copy_op, {"op": op, "view": "transposed"}) for op in COPY_OPS]
+    + [(test_cat, {"case": case, "view": "sliced"}) for case in CAT_CASES]
+    + [(test_stack, {"dim": 1, "view": "transposed"})]
+    + [(test_where_two_tensors, {"layout": lay}) for lay in WHERE_LAYOUTS]
+    + [(test_inplace_on_non_leaf, {"case": case}) for case in INPLACE]
+    + [(test_inplace_chain, {}), (test_inplace_result_feeds_later_ops, {}),
+       (test_setitem_into_constant_buffer, {}), (test_inplace_add_itself, {})]
+)
+
+
+def _case_id(case):
+    fn, kwargs = case
+    return "-".join([fn.__name__.removeprefix("test_")] + [str(v) for v in kwargs.values()])
+
+
+@pytest.mark.parametrize("case", ON_DEVICE, ids=[_case_id(c) for c in ON_DEVICE])
+def test_op_on_device(gpu_device, case, monkeypatch):
+    """Every op above, in one representative layout, with its inputs on the GPU (or the
+    fake CuPy): the gradients are checked there, in float64, by the same gradcheck."""
+    monkeypatch.setitem(DEVICE, "name", gpu_device)
+    fn, kwargs = case
+    fn(**kwargs)

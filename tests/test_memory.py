@@ -332,3 +332,28 @@ def test_logsumexp_output_and_saved_value_are_one_storage():
     y.sum().backward()
     np.testing.assert_allclose(
         x.grad.numpy(), np.exp(x.detach().numpy() - y.detach().numpy()[:, None]), rtol=1e-5)
+
+
+def test_live_bytes_and_profile_are_exact_on_the_device(device):
+    """The ledger counts device allocations to the byte, per device, views add nothing,
+    and backward frees what forward saved."""
+    start, cpu_start = memory.live_bytes(device), memory.live_bytes("cpu")
+    with memory.profile(device=device) as prof:
+        a = ta.zeros(100, 50, device=device)                  # +20000
+        v = a.transpose(0, 1)[::2]                            # a view: +0
+        assert memory.live_bytes(device) - start == 20000
+        c = v.contiguous()                                    # +10000
+        b = ta.ones(10, 10, dtype=ta.float64, device=device)  # +800
+        del a, v                                              # -20000
+        assert memory.live_bytes(device) - start == 10800
+        x = ta.randn(16, 16, device=device, requires_grad=True)
+        (x @ x).softmax(-1).sum().backward()
+        assert not prof._tracker.nodes
+        del x, b
+        assert memory.live_bytes(device) - start == 10000
+    assert memory.live_bytes("cpu") == cpu_start or device == "cpu"
+    s = prof.summary()
+    assert s["tensor_peak_above_start"] >= 30800
+    assert [(c["reason"], c["bytes"]) for c in s["copies"]] == [("contiguous", 10000)]
+    del c
+    assert memory.live_bytes(device) == start

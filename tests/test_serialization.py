@@ -297,3 +297,28 @@ def test_gpt_checkpoint_file_interchanges_with_torch_nanogpt(tmp_path):
     t_logits, _ = ref(torch.from_numpy(idx), torch.from_numpy(idx))
     np.testing.assert_allclose(logits.detach().numpy(), t_logits.detach().numpy(),
                                rtol=1e-10, atol=1e-12)
+
+
+def test_save_from_device_loads_on_cpu_and_back(tmp_path, device):
+    """A state on the device (with a transposed view and a tied tensor) saves, loads to
+    the CPU with the same values, and loads back onto the device."""
+    cpu = _state()
+    on_dev = {k: v.to(device) for k, v in cpu.items()}
+    on_dev["transposed"] = on_dev["transformer.wte.weight"].T
+    cpu["transposed"] = cpu["transformer.wte.weight"].T
+    model = nn.Linear(4, 3).to(device)
+    save({**on_dev, **{f"m.{k}": v for k, v in model.state_dict().items()}},
+         tmp_path / "d.safetensors")
+    back = load(tmp_path / "d.safetensors")
+    _assert_same(cpu, {k: v for k, v in back.items() if not k.startswith("m.")})
+    np.testing.assert_array_equal(back["m.weight"].numpy(), model.weight.detach().cpu().numpy())
+    again = load(tmp_path / "d.safetensors", device=device)
+    dev = ta.backend.canonical_device(device)
+    for k, t in again.items():
+        assert t.device == dev, k
+        np.testing.assert_array_equal(t.cpu().numpy(), back[k].numpy())
+    opt = optim.AdamW(model.parameters(), lr=0.1)
+    model(ta.randn(2, 4, device=device)).sum().backward()
+    opt.step()
+    sd = opt.state_dict()
+    optim.AdamW(nn.Linear(4, 3).to(device).parameters(), lr=0.1).load_state_dict(sd)

@@ -49,14 +49,14 @@ def count_allocs():
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple)
 
 
-def make(shape, requires_grad=False, dtype=np.float32):
+def make(shape, requires_grad=False, dtype=np.float32, device="cpu"):
     """A tensor with distinct values 0..n-1, so that equal values mean equal positions."""
     arr = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
-    return ta.tensor(arr, requires_grad=requires_grad)
+    return ta.tensor(arr, requires_grad=requires_grad, device=device)
 
 
 def host(t):
-    return t.detach().numpy()
+    return t.detach().cpu().numpy()
 
 
 def np_view(arr, index):
@@ -525,10 +525,10 @@ def test_contiguous_of_any_view(data):
         assert not y.shares_storage(x)
 
 
-def test_empty_tensor_is_contiguous():
+def test_empty_tensor_is_contiguous(device):
     # as in PyTorch (and NumPy's flags), a tensor with no elements is contiguous whatever
     # its strides, so contiguous() has nothing to copy
-    x = make((2, 3))
+    x = make((2, 3), device=device)
     for e in (x[:, :0], x.T[:, :0], x[:0]):
         assert e.numel() == 0
         assert e.is_contiguous()
@@ -538,8 +538,8 @@ def test_empty_tensor_is_contiguous():
         assert y is e and allocs == []
 
 
-def test_contiguous_returns_self_when_contiguous():
-    x = make((2, 3, 4))
+def test_contiguous_returns_self_when_contiguous(device):
+    x = make((2, 3, 4), device=device)
     with count_allocs() as allocs:
         assert x.contiguous() is x
         v = x[1]
@@ -547,17 +547,17 @@ def test_contiguous_returns_self_when_contiguous():
     assert allocs == []
 
 
-def test_contiguous_on_transpose_allocates_exactly_numel_bytes():
-    x = make((3, 5), dtype=np.float64)
+def test_contiguous_on_transpose_allocates_exactly_numel_bytes(device):
+    x = make((3, 5), dtype=np.float64, device=device)
     with count_allocs() as allocs:
         y = x.T.contiguous()
     assert [(s.nbytes, s.copy_reason) for s in allocs] == [(15 * 8, "contiguous")]
-    np.testing.assert_array_equal(y.numpy(), np.arange(15.0).reshape(3, 5).T)
+    np.testing.assert_array_equal(host(y), np.arange(15.0).reshape(3, 5).T)
     assert y.stride() == (3, 1)
 
 
-def test_reshape_of_non_viewable_copies_once():
-    x = make((2, 3, 4))
+def test_reshape_of_non_viewable_copies_once(device):
+    x = make((2, 3, 4), device=device)
     xt = x.transpose(0, 2)  # (4, 3, 2), strides (1, 4, 12)
     with count_allocs() as allocs:
         y = xt.reshape(12, 2)
@@ -565,20 +565,20 @@ def test_reshape_of_non_viewable_copies_once():
     assert allocs[0].copy_reason == "reshape-copy"
     assert allocs[0].nbytes == 24 * 4
     assert not y.shares_storage(x)
-    np.testing.assert_array_equal(y.numpy(), host(xt).reshape(12, 2))
+    np.testing.assert_array_equal(host(y), host(xt).reshape(12, 2))
     with count_allocs() as allocs:
         z = x.transpose(1, 2).reshape(2, 12)  # (2, 4, 3), strides (12, 1, 4): no merge
     assert [s.copy_reason for s in allocs] == ["reshape-copy"]
-    np.testing.assert_array_equal(z.numpy(), host(x).transpose(0, 2, 1).reshape(2, 12))
+    np.testing.assert_array_equal(host(z), host(x).transpose(0, 2, 1).reshape(2, 12))
     # a reshape that is a view does not copy, even from a transposed tensor
     with count_allocs() as allocs:
         z = x.transpose(0, 1).reshape(3, 2, 2, 2)  # splits the contiguous last dim only
     assert allocs == [] and z.shares_storage(x)
-    np.testing.assert_array_equal(z.numpy(), host(x).transpose(1, 0, 2).reshape(3, 2, 2, 2))
+    np.testing.assert_array_equal(host(z), host(x).transpose(1, 0, 2).reshape(3, 2, 2, 2))
 
 
-def test_view_on_incompatible_strides_raises():
-    x = make((2, 3, 4))
+def test_view_on_incompatible_strides_raises(device):
+    x = make((2, 3, 4), device=device)
     with pytest.raises(ta.ShapeError, match=r"view.*reshape.*contiguous") as info:
         x.transpose(0, 2).view(24)
     msg = str(info.value)
@@ -615,12 +615,12 @@ def _torch_grads(x, w, r):
 
 
 @pytest.mark.parametrize("how", ["slices", "split", "chunk", "narrow"])
-def test_slices_of_one_base_share_one_gradient_buffer(how):
+def test_slices_of_one_base_share_one_gradient_buffer(how, device):
     assert len({QKV_BYTES, B * T * C * 4, B * T * T * 4, B * C * 3 * C * 4, C * 3 * C * 4}) == 5
     ta.manual_seed(0)
-    x = ta.randn(B, T, C, requires_grad=True)
-    w = ta.randn(C, 3 * C, requires_grad=True)
-    r = ta.randn(B, T, C)
+    x = ta.randn(B, T, C, requires_grad=True, device=device)
+    w = ta.randn(C, 3 * C, requires_grad=True, device=device)
+    r = ta.randn(B, T, C, device=device)
     qkv = x @ w
     assert qkv.nbytes == QKV_BYTES
     if how == "slices":
@@ -641,12 +641,12 @@ def test_slices_of_one_base_share_one_gradient_buffer(how):
     # then reads it; it allocates nothing of that size, see the byte sizes above)
     assert len(qkv_sized) == 1, [(s.nbytes, s.op, s.copy_reason) for s in allocs]
     gx, gw = _torch_grads(x, w, r)
-    np.testing.assert_allclose(x.grad.numpy(), gx, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(w.grad.numpy(), gw, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(host(x.grad), gx, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(host(w.grad), gw, rtol=1e-4, atol=1e-5)
 
 
-def test_two_overlapping_slices_one_buffer_and_right_values():
-    base = ta.randn(4, 6, requires_grad=True)
+def test_two_overlapping_slices_one_buffer_and_right_values(device):
+    base = ta.randn(4, 6, requires_grad=True, device=device)
     h = base * 2  # a non-leaf base of 96 bytes
     a, b, c = h[:, :4], h[:, 2:], h[1:3]
     loss = (a * 1.0).sum() + (b * 2.0).sum() + (c * 3.0).sum()
@@ -657,4 +657,4 @@ def test_two_overlapping_slices_one_buffer_and_right_values():
     expected[:, :4] += 1
     expected[:, 2:] += 2
     expected[1:3] += 3
-    np.testing.assert_array_equal(base.grad.numpy(), 2 * expected)
+    np.testing.assert_array_equal(host(base.grad), 2 * expected)

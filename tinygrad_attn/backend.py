@@ -20,6 +20,20 @@ except Exception:  # noqa: BLE001 - a broken CUDA install must not break CPU use
 ndarray_types: tuple = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
 
 
+def _install_array_module(module):
+    """For tests only: make `module` the GPU array library in place of CuPy; returns the
+    previous one (None without CuPy), which `_install_array_module(previous)` restores.
+
+    tests/fake_cupy.py is such a module: NumPy underneath, but its arrays refuse implicit
+    conversion to host arrays as CuPy's do, so the CPU test suite runs the "cuda" code paths.
+    """
+    global cp, ndarray_types
+    previous = cp
+    cp = module
+    ndarray_types = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
+    return previous
+
+
 # ----------------------------------------------------------------------------- dtypes
 class DType:
     """An element type: a name, an item size and whether it is floating point."""
@@ -255,14 +269,15 @@ def asarray(data, dtype: DType | None, device: str):
     if is_array(data) and device_of(data) == device:
         arr = data.astype(np_dtype, copy=True) if np_dtype is not None else data.copy()
     else:
-        if is_array(data):
+        keep_dtype = is_array(data)  # an array keeps its dtype, whichever device it is on
+        if keep_dtype:
             data = to_host(data)
         elif hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
             data = from_dlpack(data)  # a torch tensor, say: read through DLPack, then copied
             if not isinstance(data, np.ndarray):
                 data = to_host(data)
         host = np.array(data, dtype=np_dtype)
-        if dtype is None:
+        if dtype is None and not keep_dtype:
             if host.dtype.kind == "f":
                 host = host.astype(np.float32)
             elif host.dtype.kind in "iu" and host.dtype != np.uint8:
@@ -517,15 +532,21 @@ class Generator:
     def manual_seed(self, seed: int) -> None:
         self.seed = int(seed)
         self._cpu = np.random.default_rng(self.seed)
-        self._cuda = {}
+        self._cuda = {}  # device -> number of draws made on it so far
 
     def _rng(self, device: str):
+        """The generator for one draw on `device` (call inside on_device(device)).
+
+        CuPy's generators keep their state in GPU memory with no way to read or restore it
+        (`bit_generator.state` is a method returning a device pointer), so a CUDA stream is
+        a counter instead: draw n is made by a generator seeded with (seed, n). Its state is
+        that count, which get_state/set_state (and so checkpoint's replay) can save exactly.
+        """
         if device == "cpu":
             return self._cpu
-        if device not in self._cuda:
-            with on_device(device):
-                self._cuda[device] = cp.random.default_rng(self.seed)
-        return self._cuda[device]
+        n = self._cuda.get(device, 0)
+        self._cuda[device] = n + 1
+        return cp.random.default_rng([self.seed, n])
 
     def normal(self, shape, dtype: DType, device: str):
         rng = self._rng(device)
@@ -547,14 +568,14 @@ class Generator:
         import copy
 
         return {"seed": self.seed, "cpu": copy.deepcopy(self._cpu.bit_generator.state),
-                "cuda": {d: copy.deepcopy(g.bit_generator.state) for d, g in self._cuda.items()}}
+                "cuda": dict(self._cuda)}
 
     def set_state(self, state) -> None:
         import copy
 
+        self.seed = int(state.get("seed", self.seed))
         self._cpu.bit_generator.state = copy.deepcopy(state["cpu"])
-        for d, st in state.get("cuda", {}).items():
-            self._rng(d).bit_generator.state = copy.deepcopy(st)
+        self._cuda = {d: int(n) for d, n in state.get("cuda", {}).items()}
 
 
 # ----------------------------------------------------------------------------- DLPack
