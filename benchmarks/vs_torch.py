@@ -16,6 +16,7 @@ the per-pair ratios. One further step of each is measured for memory (see the no
 with the table). The machine's float32 GEMM peak is measured in the same run.
 
     python benchmarks/vs_torch.py --quick                      # a tiny smoke test, seconds
+    python benchmarks/vs_torch.py --device cuda --configs shakespeare-b64   # on a GPU
     python benchmarks/vs_torch.py                              # small, shakespeare-b8
     python benchmarks/vs_torch.py --configs small,shakespeare-b8,shakespeare-b32 \\
         --attn views,flash --markdown vs_torch.md
@@ -71,6 +72,7 @@ CONFIGS = {
     "small": Config("small", 128, 4, 4, 64, 32, 6),
     "shakespeare-b8": Config("shakespeare-char", 384, 6, 6, 256, 8, 3),
     "shakespeare-b32": Config("shakespeare-char", 384, 6, 6, 256, 32, 3),
+    "shakespeare-b64": Config("shakespeare-char", 384, 6, 6, 256, 64, 10),  # GPU-sized
 }
 ATTN = ("naive", "views", "flash")
 
@@ -207,6 +209,16 @@ def torch_peak_bytes(step) -> int | None:
     return max(m["Total Allocated"] for m in mem) - start
 
 
+def torch_cuda_peak(step) -> int:
+    """Peak bytes torch's CUDA caching allocator handed out during `step`, above its start."""
+    torch.cuda.synchronize()
+    start = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - start
+
+
 # ----------------------------------------------------------------------------- machine
 def openblas_threads(n: int | None = None):
     """Get (and with n, set) the thread count of NumPy's OpenBLAS, found among the loaded
@@ -232,23 +244,31 @@ def openblas_threads(n: int | None = None):
     return None
 
 
-def gemm_peak(n: int, repeat: int) -> tuple[float, float]:
-    """GFLOP/s of an n x n float32 matmul, best of `repeat`: (torch, numpy)."""
+def gemm_peak(n: int, repeat: int, device: str = "cpu") -> tuple[float, float | None]:
+    """GFLOP/s of an n x n float32 matmul, best of `repeat`: (torch, ours).
+
+    Ours is NumPy's on CPU and this engine's (CuPy's cuBLAS) on a GPU."""
     flops = 2.0 * n**3
 
     def best(fn):
         fn()
         times = []
         for _ in range(repeat):
+            synchronize(device)
             t0 = time.perf_counter()
             fn()
+            synchronize(device)
             times.append(time.perf_counter() - t0)
         return flops / min(times) / 1e9
 
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     t = best(lambda: a @ b)
-    an, bn = a.numpy().copy(), b.numpy().copy()
-    return t, best(lambda: an @ bn)
+    if device == "cpu":
+        an, bn = a.numpy().copy(), b.numpy().copy()
+        return t, best(lambda: an @ bn)
+    x, y = ta.randn(n, n, device=device), ta.randn(n, n, device=device)
+    with ta.no_grad():
+        return t, best(lambda: x @ y)
 
 
 def cpu_name() -> str:
@@ -272,12 +292,31 @@ def step_flops(cfg: Config, non_embedding_params: int) -> float:
             + 12.0 * cfg.n_layer * cfg.batch * cfg.block_size**2 * cfg.n_embd)
 
 
-def run_config(ref, cfg: Config, attn: str, steps: int, peak: float) -> dict:
+def run_config(ref, cfg: Config, attn: str, steps: int, peak: float, policy: str = "save",
+               device: str = "cpu") -> dict:
+    """Ours under save policy `policy` for gelu and layer_norm ("save" keeps their outputs
+    as PyTorch does; "recompute" rebuilds them in backward), torch as it comes."""
+    with ta.memory.save_policies(gelu=policy, layer_norm=policy):
+        row = _run_config(ref, cfg, attn, steps, peak, device)
+    row["policy"] = policy
+    row["device"] = device
+    return row
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued GPU work, so a step's wall time is its whole cost."""
+    if device != "cpu":
+        ta.cuda.synchronize()
+        torch.cuda.synchronize()
+
+
+def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: str) -> dict:
     ta.manual_seed(0)
     ours = nn.GPT(nn.GPTConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size,
                                n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
                                dropout=0.0, attn=attn))
-    theirs = torch_twin(ref, cfg, attn, ours)
+    theirs = torch_twin(ref, cfg, attn, ours).to(device)
+    ours = ours.to(device)
     hyper = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     opt = nn.optim.AdamW(ours.parameters(), **hyper)
     topt = torch.optim.AdamW(theirs.parameters(), **hyper)
@@ -286,8 +325,8 @@ def run_config(ref, cfg: Config, attn: str, steps: int, peak: float) -> dict:
     shape = (cfg.batch, cfg.block_size)
     idx_np = rng.integers(0, cfg.vocab_size, shape)
     tgt_np = rng.integers(0, cfg.vocab_size, shape)
-    idx, tgt = ta.tensor(idx_np), ta.tensor(tgt_np)
-    tidx, ttgt = torch.from_numpy(idx_np), torch.from_numpy(tgt_np)
+    idx, tgt = ta.tensor(idx_np, device=device), ta.tensor(tgt_np, device=device)
+    tidx, ttgt = torch.from_numpy(idx_np).to(device), torch.from_numpy(tgt_np).to(device)
 
     def ours_step() -> float:
         _, loss = ours(idx, tgt)
@@ -304,8 +343,10 @@ def run_config(ref, cfg: Config, attn: str, steps: int, peak: float) -> dict:
         return loss.item()
 
     def timed(fn):
+        synchronize(device)
         t0 = time.perf_counter()
-        loss = fn()
+        loss = fn()  # .item() inside waits for the step's GPU work
+        synchronize(device)
         return time.perf_counter() - t0, loss
 
     # warm-up: step 1 of each, same weights, so the losses must agree
@@ -318,7 +359,7 @@ def run_config(ref, cfg: Config, attn: str, steps: int, peak: float) -> dict:
     rel = [abs(a - b) / abs(b) for a, b in losses]
 
     # memory: one more step of each, measured (not timed)
-    with ta.memory.profile(raw=True) as prof:
+    with ta.memory.profile(raw=device == "cpu", device=device) as prof:
         _, loss = ours(idx, tgt)
         ours_saved_walk = ta.memory.saved_bytes(loss)
         loss.backward()
@@ -329,7 +370,7 @@ def run_config(ref, cfg: Config, attn: str, steps: int, peak: float) -> dict:
     t_saved = torch_saved_bytes(theirs, tidx, ttgt)
     topt.step()
     topt.zero_grad(set_to_none=True)
-    t_peak = torch_peak_bytes(torch_step)
+    t_peak = torch_peak_bytes(torch_step) if device == "cpu" else torch_cuda_peak(torch_step)
 
     t_ours = statistics.median(t for t, _ in times)
     t_torch = statistics.median(t for _, t in times)
@@ -340,6 +381,7 @@ def run_config(ref, cfg: Config, attn: str, steps: int, peak: float) -> dict:
         ratio=statistics.median(a / b for a, b in times),
         ours_saved=ours_saved, ours_saved_walk=ours_saved_walk, torch_saved=t_saved,
         ours_peak=summ["tensor_peak_above_start"], ours_raw_peak=summ["raw_peak_bytes"],
+        ours_reserved=summ["reserved_end_bytes"],
         torch_peak=t_peak, flops=flops,
         gemm_ours=flops / t_ours / 1e9 / peak, gemm_torch=flops / t_torch / 1e9 / peak,
         rel_first=rel[0], rel_max=max(rel), losses=losses,
@@ -352,14 +394,14 @@ def mib(b) -> str:
 
 
 def table(rows) -> str:
-    head = ("| config | B | attn | ours step s | torch step s | ratio | ours saved MiB "
-            "| torch saved MiB | ratio | ours peak MiB (tensor / raw) | torch peak MiB "
-            "| GEMM fraction ours / torch |")
-    lines = [head, "|" + "---|" * 12]
+    head = ("| config | B | attn | ours policy | ours step s | torch step s | ratio "
+            "| ours saved MiB | torch saved MiB | ratio | ours peak MiB (tensor / raw) "
+            "| torch peak MiB | GEMM fraction ours / torch |")
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         saved_ratio = r["ours_saved"] / r["torch_saved"] if r["torch_saved"] else float("nan")
         lines.append(
-            f"| {r['config']} | {r['batch']} | {r['attn']} | {r['ours_s']:.3f} "
+            f"| {r['config']} | {r['batch']} | {r['attn']} | {r['policy']} | {r['ours_s']:.3f} "
             f"| {r['torch_s']:.3f} | {r['ratio']:.2f} | {mib(r['ours_saved'])} "
             f"| {mib(r['torch_saved'])} | {saved_ratio:.2f} "
             f"| {mib(r['ours_peak'])} / {mib(r['ours_raw_peak'])} | {mib(r['torch_peak'])} "
@@ -372,12 +414,18 @@ Notes (what is measured how):
 - step: forward + backward + AdamW step + zero_grad (set to None), float32, dropout 0, one
   fixed batch; after one warm-up step each, the engines alternate (ours i, torch i); step s
   = median over the timed steps, ratio = median of the per-pair ratios ours/torch.
+- ours policy: save = gelu and layer_norm keep their outputs for the next Linear's backward,
+  as PyTorch does; recompute = that Linear keeps a recipe instead and the output is rebuilt
+  in backward from what gelu / layer_norm saved anyway (ta.memory.save_policies).
 - saved MiB: saved-for-backward bytes of one step, each storage once, parameters left out.
   Ours: the ledger's saved_peak unique_bytes_without_parameters (ta.memory.profile).
   Torch: torch.autograd.graph.saved_tensors_hooks over the forward, storages counted once
   by untyped_storage().data_ptr(), the storages of model.parameters() excluded.
 - ours peak: tensor = the ledger's tensor_peak_above_start (Storages only); raw = tracemalloc
   peak above start (profile(raw=True)), which also sees NumPy temporaries inside ops.
+- on --device cuda: ours peak = the ledger's tensor peak on the GPU (no raw column); torch
+  peak = torch.cuda.max_memory_allocated above the start; step times between
+  synchronize() calls of both engines.
 - torch peak: peak of "Total Allocated" of torch's CPU allocator during one step, from the
   profiler's memory events (torch.profiler, profile_memory=True), above the start; it sees
   every ATen allocation incl. temporaries inside ops, but not MKL/oneDNN's private buffers.
@@ -392,8 +440,15 @@ Notes (what is measured how):
 """
 
 
-def machine_line(threads: int, blas: int | None, peaks: tuple[float, float], n: int) -> str:
+def machine_line(threads: int, blas: int | None, peaks: tuple[float, float], n: int,
+                 device: str = "cpu") -> str:
     t, npk = peaks
+    if device != "cpu":
+        return (f"Machine: {platform.platform()}, {cpu_name()}, GPU "
+                f"{torch.cuda.get_device_name(0)}; Python {platform.python_version()}, "
+                f"numpy {np.__version__}, torch {torch.__version__}; float32 GEMM peak "
+                f"({n}x{n} matmul on the GPU): torch {t:.0f} GFLOP/s, ours (CuPy) {npk:.0f} "
+                f"GFLOP/s; used {max(t, npk):.0f}.")
     return (f"Machine: {platform.platform()}, {cpu_name()}, {os.cpu_count()} CPUs; "
             f"Python {platform.python_version()}, numpy {np.__version__}, torch "
             f"{torch.__version__}; torch threads {threads} (torch.set_num_threads; MKL/"
@@ -414,6 +469,13 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="tiny config, 2 steps: a smoke test")
     p.add_argument("--markdown", default=None, help="also write the table to this path")
+    p.add_argument("--policy", default="save,recompute",
+                   help="comma-separated save policies for ours (gelu and layer_norm): "
+                        "save (as PyTorch), recompute (rebuild their outputs in backward)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (both engines on it)")
+    p.add_argument("--host-cache", choices=("on", "off"), default="on",
+                   help="keep freed host memory in the process (ta.memory."
+                        "keep_freed_host_memory; process-wide, so torch runs under it too)")
     args = p.parse_args(argv)
 
     if torch is None:
@@ -430,24 +492,44 @@ def main(argv=None) -> int:
         if a not in ATTN:
             p.error(f"unknown attention {a!r}; choose from {', '.join(ATTN)}")
 
+    policies = [x.strip() for x in args.policy.split(",") if x.strip()]
+    for pol in policies:
+        if pol not in ("save", "recompute"):
+            p.error(f"unknown policy {pol!r}; choose from save, recompute")
+    device = args.device
+    if device not in ("cpu", "cuda"):
+        p.error(f"unknown device {device!r}; choose cpu or cuda")
+    if device == "cuda":
+        if not (ta.cuda.is_available() and torch.cuda.is_available()):
+            print("--device cuda needs CuPy and torch with a CUDA GPU; none here. "
+                  "Nothing measured.")
+            return 0
+        device = "cuda:0"
+    kept = ta.memory.keep_freed_host_memory(args.host_cache == "on")
+    if args.host_cache == "off":
+        kept = False
+
     torch.set_num_threads(args.threads)
     blas = openblas_threads(args.threads)
     ref = load_reference()
     n = 1024 if args.quick else 4096
-    peaks = gemm_peak(n, 3 if args.quick else 5)
-    peak = max(peaks)
-    machine = machine_line(torch.get_num_threads(), blas, peaks, n)
+    peaks = gemm_peak(n, 3 if args.quick else 5, device)
+    peak = max(p for p in peaks if p is not None)
+    machine = machine_line(torch.get_num_threads(), blas, peaks, n, device)
+    machine += (" Host memory: freed memory kept in the process (glibc mallopt; process-wide, "
+                "so torch's steps run under it too)." if kept else
+                " Host memory: glibc's defaults (freed large blocks go back to the system).")
     print(machine, flush=True)
 
     rows, warnings = [], []
     for name in names:
         cfg = CONFIGS[name]
         steps = args.steps or (2 if args.quick else cfg.steps)
-        for attn in attns:
+        for attn, policy in [(a, pol) for a in attns for pol in policies]:
             t0 = time.perf_counter()
-            r = run_config(ref, cfg, attn, steps, peak)
+            r = run_config(ref, cfg, attn, steps, peak, policy, device)
             rows.append(r)
-            line = (f"{name:16s} {attn:5s}: ours {r['ours_s']:.3f} s, torch "
+            line = (f"{name:16s} {attn:5s} {policy:9s}: ours {r['ours_s']:.3f} s, torch "
                     f"{r['torch_s']:.3f} s, ratio {r['ratio']:.2f}; step-1 loss rel diff "
                     f"{r['rel_first']:.1e} (max over steps {r['rel_max']:.1e}); "
                     f"{time.perf_counter() - t0:.0f} s wall")

@@ -164,6 +164,14 @@ def on_device(device: str) -> _CudaScope:
     return _CudaScope(device)
 
 
+def synchronize(device: str | None = None) -> None:
+    """Wait until the GPU (device "cuda:N", or the current one) has finished queued work."""
+    if not cuda_is_available():
+        return
+    index = _current_cuda_index() if device is None else int(canonical_device(device)[5:])
+    cp.cuda.Device(index).synchronize()
+
+
 def device_of(arr) -> str:
     if type(arr) is np.ndarray or isinstance(arr, np.ndarray):
         return "cpu"

@@ -9,3 +9,9 @@ def is_available() -> bool:
 
 def device_count() -> int:
     return backend.cuda_device_count()
+
+
+def synchronize(device=None) -> None:
+    """Wait for the GPU's queued kernels to finish (a no-op without one), as
+    torch.cuda.synchronize: time GPU work between two synchronize() calls."""
+    backend.synchronize(device)
