@@ -359,7 +359,7 @@ def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: st
     rel = [abs(a - b) / abs(b) for a, b in losses]
 
     # memory: one more step of each, measured (not timed)
-    with ta.memory.profile(raw=device == "cpu", device=device) as prof:
+    with ta.memory.profile(raw=True, device=device) as prof:
         _, loss = ours(idx, tgt)
         ours_saved_walk = ta.memory.saved_bytes(loss)
         loss.backward()
@@ -423,9 +423,9 @@ Notes (what is measured how):
   by untyped_storage().data_ptr(), the storages of model.parameters() excluded.
 - ours peak: tensor = the ledger's tensor_peak_above_start (Storages only); raw = tracemalloc
   peak above start (profile(raw=True)), which also sees NumPy temporaries inside ops.
-- on --device cuda: ours peak = the ledger's tensor peak on the GPU (no raw column); torch
-  peak = torch.cuda.max_memory_allocated above the start; step times between
-  synchronize() calls of both engines.
+- on --device cuda: ours raw peak = a memory hook on CuPy's pool (every array, temporaries
+  included); torch peak = torch.cuda.max_memory_allocated above the start; step times
+  between synchronize() calls of both engines.
 - torch peak: peak of "Total Allocated" of torch's CPU allocator during one step, from the
   profiler's memory events (torch.profiler, profile_memory=True), above the start; it sees
   every ATen allocation incl. temporaries inside ops, but not MKL/oneDNN's private buffers.

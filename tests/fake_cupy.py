@@ -129,8 +129,19 @@ class _Pool:
             root = root.base
         key = id(root)
         if key not in self._live:
-            self._live[key] = (weakref.ref(root, lambda _r, k=key: self._live.pop(k, None)),
-                               root.nbytes)
+            size = root.nbytes
+            mem_size = -(-max(size, 1) // 512) * 512  # CuPy rounds allocations up to 512 B
+
+            def freed(_ref, k=key):
+                if self._live.pop(k, None) is not None:
+                    for hook in list(_hooks):
+                        hook.free_postprocess(device_id=0, mem_size=mem_size, mem_ptr=k,
+                                              pmem_id=k)
+
+            self._live[key] = (weakref.ref(root, freed), size)
+            for hook in list(_hooks):
+                hook.malloc_postprocess(device_id=0, size=size, mem_size=mem_size,
+                                        mem_ptr=key, pmem_id=key)
 
     def used_bytes(self) -> int:
         return sum(n for _, n in self._live.values())
@@ -143,6 +154,31 @@ class _Pool:
 
 
 _pool = _Pool()
+_hooks: list = []
+
+
+class MemoryHook:
+    """cupy.cuda.MemoryHook: `with hook:` registers it (by its `name`); the pool calls
+    malloc_postprocess / free_postprocess(**kwargs) as CuPy's does (device_id, size,
+    mem_size, mem_ptr, pmem_id; mem_size rounded up to 512 bytes)."""
+
+    name = "MemoryHook"
+
+    def __enter__(self):
+        if any(h.name == self.name for h in _hooks):
+            raise RuntimeError(f"memory hook {self.name!r} already exists")
+        _hooks.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _hooks.remove(self)
+
+    def alloc_preprocess(self, **kw): pass
+    def alloc_postprocess(self, **kw): pass
+    def malloc_preprocess(self, **kw): pass
+    def malloc_postprocess(self, **kw): pass
+    def free_preprocess(self, **kw): pass
+    def free_postprocess(self, **kw): pass
 
 
 def get_default_memory_pool() -> _Pool:
@@ -203,6 +239,7 @@ cuda = types.ModuleType("cupy.cuda")
 cuda.Device = Device
 cuda.runtime = _Runtime
 cuda.get_device_id = _Runtime.getDevice
+cuda.MemoryHook = MemoryHook
 
 
 # ----------------------------------------------------------------------------- arrays

@@ -357,3 +357,21 @@ def test_live_bytes_and_profile_are_exact_on_the_device(device):
     assert [(c["reason"], c["bytes"]) for c in s["copies"]] == [("contiguous", 10000)]
     del c
     assert memory.live_bytes(device) == start
+
+
+def test_raw_peak_and_reserved_on_the_gpu(gpu_device):
+    """On a GPU the raw peak comes from a hook on CuPy's pool: it sees temporaries inside
+    ops that never become tensors, so it is at least the tensor-level peak; the pool's
+    reserved bytes are reported beside the live ones."""
+    device = gpu_device
+    x = ta.randn(256, 256, device=device)  # 256 KiB, made before the profile
+    with memory.profile(device=device, raw=True) as prof:
+        y = (x * 2 + 1).exp()  # the temporary (x * 2) is freed inside the expression
+        z = y.softmax(-1)
+        del y
+    s = prof.summary()
+    assert s["tensor_peak_above_start"] == 2 * 256 * 256 * 4  # two (256, 256) at a time
+    # softmax's row max / row sum live beside y and its output: the hook sees them
+    assert s["raw_peak_bytes"] > s["tensor_peak_above_start"]
+    assert s["reserved_end_bytes"] >= memory.live_bytes(device) >= z.nbytes + x.nbytes
+    assert "CuPy pool hook" in prof.report() and "CuPy memory pool" in prof.report()

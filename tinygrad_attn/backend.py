@@ -658,6 +658,32 @@ def release_host_memory() -> None:
         lib.malloc_trim(0)
 
 
+def pool_tracker(device: str):
+    """A CuPy memory hook (use it as a context manager) that counts the bytes CuPy's pool
+    hands out on `device` and takes back, every array included (temporaries inside ops
+    too): `.live` (net since entering, can go negative when older arrays die) and `.peak`."""
+    index = int(canonical_device(device)[5:])
+
+    class _PoolTracker(cp.cuda.MemoryHook):
+        name = "tinygrad_attn.memory"
+
+        def __init__(self):
+            self.live = 0
+            self.peak = 0
+
+        def malloc_postprocess(self, **kw):
+            if kw.get("device_id", index) == index:
+                self.live += kw["mem_size"]
+                if self.live > self.peak:
+                    self.peak = self.live
+
+        def free_postprocess(self, **kw):
+            if kw.get("device_id", index) == index:
+                self.live -= kw["mem_size"]
+
+    return _PoolTracker()
+
+
 def reserved_bytes(device: str = "cpu"):
     """Bytes the allocator holds from the system for `device` (live + cached), or None.
 

@@ -313,6 +313,10 @@ class Profile:
         self.baseline_bytes = live_bytes(self.device)
         self.reserved_start = backend.reserved_bytes(self.device)
         self._started_tracemalloc = False
+        self._pool_hook = None
+        if self.raw and self.device != "cpu":  # CuPy: a hook on its memory pool
+            self._pool_hook = backend.pool_tracker(self.device)
+            self._pool_hook.__enter__()
         if self.raw and self.device == "cpu":
             if not tracemalloc.is_tracing():
                 tracemalloc.start()
@@ -331,6 +335,9 @@ class Profile:
                 tr.info[sid]["tag"] = st.category
         tr.refs = {}  # the profile is closed: later frees must not change its story
         self.raw_peak_bytes = None
+        if self._pool_hook is not None:
+            self._pool_hook.__exit__(None, None, None)
+            self.raw_peak_bytes = self._pool_hook.peak
         if self.raw and self.device == "cpu":
             self.raw_peak_bytes = tracemalloc.get_traced_memory()[1] - self._raw_start
             if self._started_tracemalloc:
@@ -570,8 +577,9 @@ class Profile:
         lines.append(f"  peak above start      {fmt_bytes(s['tensor_peak_above_start']):>12}"
                      " (tensor-level)")
         if s["raw_peak_bytes"] is not None:
+            how = "tracemalloc" if s["device"] == "cpu" else "CuPy pool hook"
             lines.append(f"  raw peak above start  {fmt_bytes(s['raw_peak_bytes']):>12}"
-                         " (tracemalloc: includes temporaries inside ops)")
+                         f" ({how}: includes temporaries inside ops)")
         else:
             lines.append("  raw peak              not measured (profile(raw=True) adds it)")
         if s["reserved_end_bytes"] is not None:
@@ -743,10 +751,11 @@ def profile(source_lines: bool = False, device: str = "cpu", raw: bool = False) 
     """Record every allocation, free and saved tensor inside a `with` block.
 
     `source_lines=True` also records the first source line outside the engine for each
-    allocation and graph node. `raw=True` also runs tracemalloc for the raw peak, which
-    includes the temporaries inside ops that never become tensors; tracemalloc traces
-    every Python allocation, which costs about a quarter of a small GPT step's time, so
-    it is opt-in (profile() alone costs no measurable time: see README).
+    allocation and graph node. `raw=True` also measures the raw peak, which includes the
+    temporaries inside ops that never become tensors: on CPU with tracemalloc, which
+    traces every Python allocation and costs about a quarter of a small GPT step's time,
+    so it is opt-in (profile() alone costs no measurable time: see README); on a GPU with
+    a memory hook on CuPy's pool, which sees every array CuPy allocates and frees.
     """
     return Profile(source_lines=source_lines, device=device, raw=raw)
 
