@@ -375,3 +375,20 @@ def test_raw_peak_and_reserved_on_the_gpu(gpu_device):
     assert s["raw_peak_bytes"] > s["tensor_peak_above_start"]
     assert s["reserved_end_bytes"] >= memory.live_bytes(device) >= z.nbytes + x.nbytes
     assert "CuPy pool hook" in prof.report() and "CuPy memory pool" in prof.report()
+
+
+def test_limit_is_per_device(gpu_device):
+    """A limit on the GPU caps the GPU's live bytes only; the CPU is not capped by it."""
+    device = gpu_device
+    gpu_before = memory.live_bytes(device)
+    with memory.limit(gpu_before + 64 * 1024, device):
+        assert memory.get_limit(device) == gpu_before + 64 * 1024
+        assert memory.get_limit("cpu") is None
+        big_cpu = ta.zeros(64 * 1024)  # 256 KiB on the CPU: not capped
+        ok = ta.zeros(8 * 1024, device=device)  # 32 KiB fits
+        with pytest.raises(ta.OutOfMemoryError,
+                           match=r"(?s)out of memory on cuda:0 .*tried to allocate 65536 bytes"):
+            ta.zeros(16 * 1024, device=device)
+        assert memory.live_bytes(device) == gpu_before + ok.nbytes
+    assert memory.get_limit(device) is None
+    del big_cpu, ok

@@ -891,37 +891,45 @@ def emulate(permute_copies: bool = False, inplace_grad_accumulation: bool = True
 
 
 # ----------------------------------------------------------------------------- limit
-_limit_tracker: list = []
+_limit_trackers: dict = {}  # device -> the _Tracker that describes it when it overflows
+
+
+def _oom_report(device: str) -> str:
+    tracker = _limit_trackers.get(device)
+    return tracker.live_summary() if tracker is not None else ""
 
 
 def set_limit(size, device: str = "cpu") -> None:
     """Emulate a device of `size` bytes ('6GiB', 512 * 2**20, or None to remove it).
 
-    An allocation that would take live bytes past it raises ta.OutOfMemoryError, with a
-    summary of what holds memory; the failed allocation leaves nothing behind.
+    The limit is per device: set_limit("6GiB", "cuda") caps the GPU and leaves the CPU
+    alone. An allocation that would take the device's live bytes past it raises
+    ta.OutOfMemoryError, with a summary of what holds memory there; the failed allocation
+    leaves nothing behind.
     """
-    for tr in _limit_tracker:
-        _storage.observers.remove(tr)
-    _limit_tracker.clear()
+    dev = backend.canonical_device(device)
+    old = _limit_trackers.pop(dev, None)
+    if old is not None:
+        _storage.observers.remove(old)
     if size is None:
-        _storage.limit["bytes"] = None
-        _storage.oom_report[0] = None
+        _storage.limit.pop(dev, None)
         return
-    _storage.limit["bytes"] = parse_bytes(size)
-    tracker = _Tracker(backend.canonical_device(device), events=False)
+    _storage.limit[dev] = parse_bytes(size)
+    tracker = _Tracker(dev, events=False)
     _storage.observers.append(tracker)
-    _limit_tracker.append(tracker)
-    _storage.oom_report[0] = lambda dev: tracker.live_summary()
+    _limit_trackers[dev] = tracker
+    _storage.oom_report[0] = _oom_report
 
 
-def get_limit():
-    return _storage.limit["bytes"]
+def get_limit(device: str = "cpu"):
+    """The emulated size of `device` in bytes, or None."""
+    return _storage.limit.get(backend.canonical_device(device))
 
 
 @contextlib.contextmanager
 def limit(size, device: str = "cpu"):
     """set_limit for the duration of a `with` block."""
-    prev = get_limit()
+    prev = get_limit(device)
     set_limit(size, device)
     try:
         yield

@@ -28,10 +28,10 @@ habits = {"permute_copies": False, "inplace_grad_accumulation": True,
 # whose own saved tensors suffice to rebuild it) instead of the output itself.
 policies = {"softmax": "save", "gelu": "save", "layer_norm": "save"}
 
-# An emulated device size (ta.memory.set_limit): an allocation past it raises
+# Emulated device sizes (ta.memory.set_limit), per device: an allocation past one raises
 # OutOfMemoryError. `oom_report` (installed by the memory module) describes what holds
-# memory at that moment.
-limit = {"bytes": None}
+# memory on that device at that moment.
+limit: dict[str, int] = {}
 oom_report = [None]
 
 # Cheap always-on accounting: bytes live per device and the high-water mark.
@@ -56,7 +56,7 @@ class Storage:
                  shape=None) -> None:
         nbytes = buffer.nbytes
         live = live_bytes.get(device, 0) + nbytes
-        cap = limit["bytes"]
+        cap = limit.get(device) if limit else None
         if cap is not None and live > cap:
             raise _out_of_memory(nbytes, device, dtype, shape, live - nbytes, cap)
         self.buffer = buffer  # 1-D array (numpy or cupy) of the whole allocation
