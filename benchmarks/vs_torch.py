@@ -505,9 +505,12 @@ def main(argv=None) -> int:
                   "Nothing measured.")
             return 0
         device = "cuda:0"
-    kept = ta.memory.keep_freed_host_memory(args.host_cache == "on")
-    if args.host_cache == "off":
-        kept = False
+    if args.host_cache == "off" and os.environ.get("TINYGRAD_ATTN_KEEP_HOST_MEMORY") != "0":
+        # glibc's untouched malloc (its dynamic mmap threshold) needs the setting left alone
+        # from the start: rerun this script with the engine's opt-out set
+        os.environ["TINYGRAD_ATTN_KEEP_HOST_MEMORY"] = "0"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+    kept = ta.memory.keep_freed_host_memory() if args.host_cache == "on" else False
 
     torch.set_num_threads(args.threads)
     blas = openblas_threads(args.threads)

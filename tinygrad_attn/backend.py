@@ -634,7 +634,9 @@ def keep_freed_host_memory(keep: bool = True) -> bool:
     """Keep (True) or return (False) freed host memory; False where malloc is not glibc's.
 
     Turning it off gives the cached memory back to the system (malloc_trim) and restores
-    glibc's default thresholds."""
+    glibc's default thresholds, but not their dynamic adjustment, which any mallopt call
+    switches off for the process: glibc's untouched behaviour needs
+    TINYGRAD_ATTN_KEEP_HOST_MEMORY=0 in the environment before the engine is imported."""
     lib = _libc()
     if not lib:
         return False

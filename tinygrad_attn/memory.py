@@ -64,8 +64,10 @@ def reserved_bytes(device: str = "cpu"):
 
 def keep_freed_host_memory(keep: bool = True) -> bool:
     """Whether freed host memory stays in the process for reuse (the default; it spares a
-    training step the page faults of re-allocating its activations). False gives it back.
-    Returns False where this cannot be set (malloc other than glibc's)."""
+    training step the page faults of re-allocating its activations). False gives it back
+    and restores glibc's static thresholds (for its untouched, dynamic ones, set
+    TINYGRAD_ATTN_KEEP_HOST_MEMORY=0 before importing the engine). Returns False where this
+    cannot be set (malloc other than glibc's)."""
     return backend.keep_freed_host_memory(keep)
 
 
