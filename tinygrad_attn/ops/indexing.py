@@ -176,10 +176,9 @@ class MaskedFill(Function):
             )
         if type(value) is Tensor and value.ndim != 0:
             raise ShapeError(f"masked_fill: value must be a 0-d tensor, got shape {value.shape}")
-        xp = backend.xp_for(x.device)
         V = value._array() if type(value) is Tensor else value
         ctx.save_for_backward(mask)
-        return from_array(xp.where(mask._array(), V, x._array()).astype(x.dtype.np, copy=False))
+        return from_array(backend.masked_fill(x._array(), mask._array(), V))
 
     @staticmethod
     def backward(ctx, g):
@@ -187,7 +186,7 @@ class MaskedFill(Function):
         xp = backend.xp_for(g.device)
         M, G = mask._array(), g._array()
         nx, _, nv = ctx.needs_input_grad
-        gx = from_array(xp.where(M, 0, G).astype(G.dtype)) if nx else None
+        gx = from_array(backend.masked_fill(G, M, 0)) if nx else None
         gv = from_array(xp.asarray(xp.where(M, G, 0).sum())) if nv else None
         return gx, None, gv
 
