@@ -22,7 +22,7 @@ def _cfg(tmp_path, steps, **kw):
 
 
 def _params(trainer):
-    return {k: v.detach().numpy().copy() for k, v in trainer.model.state_dict().items()}
+    return {k: v.detach().cpu().numpy().copy() for k, v in trainer.model.state_dict().items()}
 
 
 def test_resume_is_bit_identical(tmp_path):
@@ -83,3 +83,31 @@ def test_example_cli_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "resumed from" in out and "at step 2" in out
     assert "final validation loss" in out and "sample:" in out
+
+
+def test_trains_on_the_gpu_and_resumes_exactly(tmp_path, gpu_device):
+    """The trainer on "cuda" (a real GPU, or the fake CuPy): the memory log reads the
+    device's ledger, the checkpoint saved from the device resumes exactly, and its
+    parameters load on the CPU."""
+    lines = []
+    straight = Trainer(TINY, _cfg(tmp_path / "a", 4, device=gpu_device), TEXT,
+                       log=lines.append)
+    straight.run()
+    assert lines[0].startswith("memory of the first step: peak")
+    assert straight.model.lm_head.weight.device.startswith("cuda")
+
+    first = Trainer(TINY, _cfg(tmp_path / "b", 4, device=gpu_device), TEXT,
+                    log=lambda *_: None)
+    first.run(until=2, memory_report=False)
+    path = first.save_checkpoint()
+    resumed = Trainer.from_checkpoint(path, TEXT, log=lambda *_: None)
+    assert resumed.tcfg.device == gpu_device and resumed.step == 2
+    resumed.run(memory_report=False)
+    a, b = _params(straight), _params(resumed)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+    on_cpu = nn.load(path)  # tensors saved from the device come back on the CPU
+    name = "model.lm_head.weight" if "model.lm_head.weight" in on_cpu else next(
+        k for k in on_cpu if k.endswith("lm_head.weight"))
+    assert on_cpu[name].device == "cpu"
