@@ -321,4 +321,15 @@ def test_save_from_device_loads_on_cpu_and_back(tmp_path, device):
     model(ta.randn(2, 4, device=device)).sum().backward()
     opt.step()
     sd = opt.state_dict()
-    optim.AdamW(nn.Linear(4, 3).to(device).parameters(), lr=0.1).load_state_dict(sd)
+    other = nn.Linear(4, 3).to(device)
+    loaded = optim.AdamW(other.parameters(), lr=0.1)
+    loaded.load_state_dict(sd)
+    for p_old, p_new in zip(model.parameters(), other.parameters()):
+        s_old, s_new = opt.state[p_old], loaded.state[p_new]
+        assert s_new["step"] == s_old["step"] == 1
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert s_new[name].device == dev
+            assert not s_new[name].shares_storage(s_old[name])  # copied, not aliased
+            np.testing.assert_array_equal(s_new[name].cpu().numpy(),
+                                          s_old[name].cpu().numpy())
+            assert s_old[name].cpu().numpy().any()  # one real step: not all zeros
