@@ -54,10 +54,14 @@ class LayerNorm(Function):
         axes = tuple(range(x.ndim - n, x.ndim))
         mean = xp.mean(X, axis=axes, keepdims=True)
         xhat = X - mean
-        var = xp.mean(xhat * xhat, axis=axes, keepdims=True)
+        y = xp.square(xhat)  # scratch for the variance, then the output's buffer
+        var = xp.mean(y, axis=axes, keepdims=True)
         rstd = 1.0 / xp.sqrt(var + eps)
         xhat *= rstd
-        y = xhat * weight._array() if weight is not None else xhat.copy()
+        if weight is not None:
+            xp.multiply(xhat, weight._array(), out=y)
+        else:
+            y[...] = xhat
         if bias is not None:
             y += bias._array()
         ctx.axes = axes
@@ -79,15 +83,20 @@ class LayerNorm(Function):
         G, xhat, rstd = g._array(), xhat_t._array(), rstd_t._array()
         lead = tuple(range(G.ndim - len(ctx.axes)))
         _, nw, nb = ctx.needs_input_grad[:3]
-        gw = from_array(xp.sum(G * xhat, axis=lead)) if nw else None
+        # two input-sized buffers in all: `tmp` (products) and `gh` (becomes gx)
+        tmp = G * xhat
+        gw = from_array(xp.sum(tmp, axis=lead)) if nw else None
         gb = from_array(xp.sum(G, axis=lead)) if nb else None
-        gh = G * weight._array() if weight is not None else G
         gx = None
         if ctx.needs_input_grad[0]:
-            gx = gh - xp.mean(gh, axis=ctx.axes, keepdims=True)
-            gx -= xhat * xp.mean(gh * xhat, axis=ctx.axes, keepdims=True)
-            gx *= rstd
-            gx = from_array(gx)
+            gh = G * weight._array() if weight is not None else G.copy()
+            xp.multiply(gh, xhat, out=tmp)
+            m2 = xp.mean(tmp, axis=ctx.axes, keepdims=True)
+            gh -= xp.mean(gh, axis=ctx.axes, keepdims=True)
+            xp.multiply(xhat, m2, out=tmp)
+            gh -= tmp
+            gh *= rstd
+            gx = from_array(gh)
         return gx, gw, gb
 
 
