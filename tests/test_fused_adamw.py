@@ -97,6 +97,11 @@ def test_bad_input_is_refused_and_changes_nothing():
     with pytest.raises(TypeError, match="adamw_update_: exp_avg is float64, param is float32"):
         ta.functional.adamw_update_(p, ta.randn(4, 3), ta.zeros(4, 3, dtype=ta.float64), v,
                                     step=1, **HYPER)
+    with pytest.raises(ValueError, match=r"adamw_update_: exp_avg and exp_avg_sq share "
+                                          r"memory \(shape \(4, 3\)\)"):
+        ta.functional.adamw_update_(p, ta.randn(4, 3), m, m, step=1, **HYPER)
+    with pytest.raises(ValueError, match="adamw_update_: param and grad share memory"):
+        ta.functional.adamw_update_(p, p[:], m, v, step=1, **HYPER)
     with pytest.raises(ValueError, match="step counts from 1"):
         ta.functional.adamw_update_(p, ta.randn(4, 3), m, v, step=0, **HYPER)
     leaf = ta.randn(4, 3, requires_grad=True)

@@ -713,9 +713,17 @@ def test_remainder_and_floor_divide():
     assert (ta.arange(-4, 5) // 3).tolist() == [-2, -1, -1, -1, 0, 0, 0, 1, 1]
 
 
-def test_float32_gelu_and_erf_match_the_exact_float64_path():
-    x64 = ta.randn(2000, dtype=F64) * 3
-    x32 = x64.float().requires_grad_()
+@pytest.mark.parametrize("shape, transposed", [
+    ((2000,), False),           # one partial block of the blocked float32 kernel
+    ((3, 65536 + 17), False),   # several blocks and a ragged last one
+    ((517, 300), True),         # a transposed (non-contiguous) input: the whole-array path
+])
+def test_float32_gelu_and_erf_match_the_exact_float64_path(shape, transposed):
+    base = ta.randn(*shape, dtype=F64) * 3
+    x64 = base.T if transposed else base
+    x32 = base.float().T if transposed else base.float()
+    assert x32.is_contiguous() != transposed
+    x32.requires_grad_()
     x64.requires_grad_()
     y64, y32 = ta.functional.gelu(x64), ta.functional.gelu(x32)
     y64.sum().backward()

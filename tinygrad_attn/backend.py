@@ -446,26 +446,35 @@ def _gelu_block(x, out, s1, s2, g=None):
     out *= g
 
 
-def _blockwise(kernel, x, g=None):
-    """kernel(x, out, s1, s2[, g]) over C-contiguous x (and g) block by block."""
-    out = np.empty_like(x)
-    xf, of = x.reshape(-1), out.reshape(-1)
-    gf = None if g is None else g.reshape(-1)
-    n = xf.size
-    s1 = np.empty(min(n, _BLOCK), x.dtype)
-    s2 = np.empty_like(s1)
-    for a in range(0, n, _BLOCK):
-        b = min(a + _BLOCK, n)
-        m = b - a
-        kernel(xf[a:b], of[a:b], s1[:m], s2[:m], None if gf is None else gf[a:b])
-    return out
+def _blocks(n: int):
+    """(lo, hi) of each block of a flat range of n elements."""
+    for lo in range(0, n, _BLOCK):
+        yield lo, min(lo + _BLOCK, n)
+
+
+def _dense_alike(*arrays) -> bool:
+    """NumPy arrays, all C-contiguous, all of the first one's shape and dtype."""
+    x = arrays[0]
+    return all(isinstance(a, np.ndarray) and a.dtype == x.dtype and a.shape == x.shape
+               and a.flags.c_contiguous for a in arrays)
 
 
 def _blockable(*arrays) -> bool:
-    x = arrays[0]
-    return (isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float16)
-            and all(isinstance(a, np.ndarray) and a.dtype == x.dtype and a.shape == x.shape
-                    and a.flags.c_contiguous for a in arrays))
+    """What the blocked float kernels take (float64 keeps the exact, whole-array path)."""
+    return _dense_alike(*arrays) and arrays[0].dtype in (np.float32, np.float16)
+
+
+def _blockwise(kernel, x, g=None):
+    """kernel(x, out, s1, s2, g) over C-contiguous x (and g) block by block."""
+    out = np.empty_like(x)
+    xf, of = x.reshape(-1), out.reshape(-1)
+    gf = None if g is None else g.reshape(-1)
+    s1 = np.empty(min(xf.size, _BLOCK), x.dtype)
+    s2 = np.empty_like(s1)
+    for lo, hi in _blocks(xf.size):
+        m = hi - lo
+        kernel(xf[lo:hi], of[lo:hi], s1[:m], s2[:m], None if gf is None else gf[lo:hi])
+    return out
 
 
 def gelu_forward(x):
@@ -525,18 +534,13 @@ def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
         s *= -step_size
         p += s
 
-    if not isinstance(p, np.ndarray):
-        update(cp, p, g, m, v, cp.empty(p.shape, p.dtype))
-        return
-    if not all(isinstance(a, np.ndarray) and a.dtype == p.dtype and a.shape == p.shape
-               and a.flags.c_contiguous for a in (g, m, v, p)):
-        update(np, p, g, m, v, np.empty(p.shape, p.dtype))
+    if not _dense_alike(p, g, m, v):  # CuPy, or strided operands: whole arrays
+        xp = np if isinstance(p, np.ndarray) else cp
+        update(xp, p, g, m, v, xp.empty(p.shape, p.dtype))
         return
     pf, gf, mf, vf = (a.reshape(-1) for a in (p, g, m, v))
-    n = pf.size
-    s = np.empty(min(n, _BLOCK), p.dtype)
-    for lo in range(0, n, _BLOCK):
-        hi = min(lo + _BLOCK, n)
+    s = np.empty(min(pf.size, _BLOCK), p.dtype)
+    for lo, hi in _blocks(pf.size):
         update(np, pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi], s[:hi - lo])
 
 
@@ -607,7 +611,6 @@ def from_dlpack(obj):
     return cp.from_dlpack(obj)
 
 
-
 # ----------------------------------------------------------------------------- host allocator
 # A training step frees and re-allocates the same large buffers every step. glibc's malloc
 # serves blocks above its mmap threshold with fresh mmap()s and unmaps them on free, and
@@ -634,6 +637,14 @@ def _libc():
                 lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
                 lib.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
                 lib.malloc_trim.argtypes = (ctypes.c_size_t,)
+                if hasattr(lib, "mallinfo2"):
+
+                    class Mallinfo2(ctypes.Structure):
+                        _fields_ = [(name, ctypes.c_size_t) for name in (
+                            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                            "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+                    lib.mallinfo2.restype = Mallinfo2
             except (OSError, AttributeError):
                 lib = False
         _host["libc"] = lib
@@ -707,16 +718,8 @@ def reserved_bytes(device: str = "cpu"):
         with on_device(device):
             return int(cp.get_default_memory_pool().total_bytes())
     lib = _libc()
-    if not lib or not hasattr(lib, "mallinfo2"):
+    if not lib or not hasattr(lib, "mallinfo2"):  # glibc before 2.33
         return None
-    import ctypes
-
-    class _Mallinfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-            "uordblks", "fordblks", "keepcost")]
-
-    lib.mallinfo2.restype = _Mallinfo2
     info = lib.mallinfo2()
     return int(info.arena + info.hblkhd)
 

@@ -13,6 +13,11 @@ def _shape(x):
     return x.shape if type(x) is Tensor else ()
 
 
+def _scalars(a, b):
+    """The Python-number operands of a binary op (None for a Tensor), for its backward."""
+    return (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
+
+
 def _binary_arrays(op: str, a, b):
     """Arrays/scalars of a binary op after device and broadcast checks, and the xp."""
     device = check_same_device(op, a, b)
@@ -66,7 +71,7 @@ class Mul(Function):
         A, B, xp = _binary_arrays("mul", a, b)
         na, nb = ctx.needs_input_grad
         ctx.shapes = (_shape(a), _shape(b))
-        ctx.scalars = (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
+        ctx.scalars = _scalars(a, b)
         ctx.save_for_backward(
             a if nb and type(a) is Tensor else None, b if na and type(b) is Tensor else None
         )
@@ -91,7 +96,7 @@ class Div(Function):
     def forward(ctx, a, b):
         A, B, xp = _binary_arrays("div", a, b)
         ctx.shapes = (_shape(a), _shape(b))
-        ctx.scalars = (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
+        ctx.scalars = _scalars(a, b)
         nb = ctx.needs_input_grad[1]
         ctx.save_for_backward(
             a if nb and type(a) is Tensor else None, b if type(b) is Tensor else None
@@ -121,7 +126,7 @@ class Pow(Function):
     def forward(ctx, a, b):
         A, B, xp = _binary_arrays("pow", a, b)
         ctx.shapes = (_shape(a), _shape(b))
-        ctx.scalars = (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
+        ctx.scalars = _scalars(a, b)
         y = _wrap(xp.power(A, B))
         nb = ctx.needs_input_grad[1]
         ctx.save_for_backward(
@@ -155,7 +160,7 @@ class Remainder(Function):
     def forward(ctx, a, b):
         A, B, xp = _binary_arrays("remainder", a, b)
         ctx.shapes = (_shape(a), _shape(b))
-        ctx.scalars = (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
+        ctx.scalars = _scalars(a, b)
         nb = ctx.needs_input_grad[1]
         ctx.save_for_backward(a if nb and type(a) is Tensor else None,
                               b if nb and type(b) is Tensor else None)

@@ -330,6 +330,11 @@ def adamw_update_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
         if t.dtype != param.dtype:
             raise TypeError(f"{op}: {name} is {t.dtype.name}, param is {param.dtype.name}")
     check_same_device(op, *tensors)
+    for i in range(4):  # p, m, v are written while g, m, v are read: no two may overlap
+        for j in range(i + 1, 4):
+            if tensors[i]._storage is tensors[j]._storage:
+                raise ValueError(f"{op}: {names[i]} and {names[j]} share memory (shape "
+                                 f"{tuple(param.shape)}); each needs its own buffer")
     if not param.dtype.is_floating_point:
         raise TypeError(f"{op}: param must be floating point, got {param.dtype.name}")
     if int(step) < 1:

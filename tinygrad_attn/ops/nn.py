@@ -84,11 +84,12 @@ class LayerNorm(Function):
         lead = tuple(range(G.ndim - len(ctx.axes)))
         _, nw, nb = ctx.needs_input_grad[:3]
         # two input-sized buffers in all: `tmp` (products) and `gh` (becomes gx)
-        tmp = G * xhat
+        nx = ctx.needs_input_grad[0]
+        tmp = G * xhat if nw or nx else None
         gw = from_array(xp.sum(tmp, axis=lead)) if nw else None
         gb = from_array(xp.sum(G, axis=lead)) if nb else None
         gx = None
-        if ctx.needs_input_grad[0]:
+        if nx:
             gh = G * weight._array() if weight is not None else G.copy()
             xp.multiply(gh, xhat, out=tmp)
             m2 = xp.mean(tmp, axis=ctx.axes, keepdims=True)
