@@ -329,9 +329,15 @@ class Tanh(Function):
 
 
 def _sigmoid_array(xp, X):
-    # exp of -|x| never overflows; pick the matching form on each side of zero
-    e = xp.exp(-xp.abs(X))
-    return xp.where(X >= 0, 1 / (1 + e), e / (1 + e))
+    """1 / (1 + exp(-x)) in X's dtype, as (1 or e) / (1 + e) with e = exp(-|x|), which
+    never overflows: two input-sized arrays (e and the result) and the sign mask."""
+    e = xp.abs(X)
+    xp.negative(e, out=e)
+    xp.exp(e, out=e)
+    y = xp.where(X >= 0, 1.0, e)  # the numerator
+    e += 1
+    y /= e
+    return y
 
 
 class Sigmoid(Function):
@@ -339,7 +345,7 @@ class Sigmoid(Function):
 
     @staticmethod
     def forward(ctx, x):
-        y = _wrap(_sigmoid_array(backend.xp_for(x.device), x._array()).astype(x.dtype.np))
+        y = _wrap(_sigmoid_array(backend.xp_for(x.device), x._array()))
         ctx.save_for_backward(y)
         return y
 
@@ -427,7 +433,9 @@ class Silu(Function):
         xp = backend.xp_for(x.device)
         X = x._array()
         ctx.save_for_backward(x)
-        return _wrap((X * _sigmoid_array(xp, X)).astype(X.dtype, copy=False))
+        y = _sigmoid_array(xp, X)
+        y *= X
+        return _wrap(y)
 
     @staticmethod
     def backward(ctx, g):

@@ -176,8 +176,7 @@ class MaskedFillInplace(Function):
     @staticmethod
     def backward(ctx, g):
         (mask,) = ctx.saved_tensors
-        xp = backend.xp_for(g.device)
-        return from_array(xp.where(mask._array(), 0, g._array()).astype(g.dtype.np)), None, None
+        return from_array(backend.masked_fill(g._array(), mask._array(), 0)), None, None
 
 
 class ClampInplace(Function):
