@@ -102,6 +102,11 @@ def test_bad_input_is_refused_and_changes_nothing():
         ta.functional.adamw_update_(p, ta.randn(4, 3), m, m, step=1, **HYPER)
     with pytest.raises(ValueError, match="adamw_update_: param and grad share memory"):
         ta.functional.adamw_update_(p, p[:], m, v, step=1, **HYPER)
+    with pytest.raises(ValueError, match=r"adamw_update_: need .* betas=\(1.0, 0.95\)"):
+        ta.functional.adamw_update_(p, ta.randn(4, 3), m, v, step=1,
+                                    **{**HYPER, "beta1": 1.0})
+    with pytest.raises(ValueError, match="adamw_update_: need .* lr=-0.1"):
+        ta.functional.adamw_update_(p, ta.randn(4, 3), m, v, step=1, **{**HYPER, "lr": -0.1})
     with pytest.raises(ValueError, match="step counts from 1"):
         ta.functional.adamw_update_(p, ta.randn(4, 3), m, v, step=0, **HYPER)
     leaf = ta.randn(4, 3, requires_grad=True)

@@ -338,6 +338,10 @@ def adamw_update_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
         raise TypeError(f"{op}: param must be floating point, got {param.dtype.name}")
     if int(step) < 1:
         raise ValueError(f"{op}: step counts from 1, got {step}")
+    if not (lr >= 0 and eps >= 0 and weight_decay >= 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1):
+        raise ValueError(f"{op}: need lr, eps, weight_decay >= 0 and betas in [0, 1); got "
+                         f"lr={lr}, eps={eps}, weight_decay={weight_decay}, "
+                         f"betas=({beta1}, {beta2})")
     backend.adamw_update(param._array(), grad._array(), exp_avg._array(), exp_avg_sq._array(),
                          lr, beta1, beta2, eps, weight_decay, int(step))
     for t in (param, exp_avg, exp_avg_sq):
