@@ -517,7 +517,7 @@ def main(argv=None) -> int:
     ref = load_reference()
     n = 1024 if args.quick else 4096
     peaks = gemm_peak(n, 3 if args.quick else 5, device)
-    peak = max(p for p in peaks if p is not None)
+    peak = max(peaks)
     machine = machine_line(torch.get_num_threads(), blas, peaks, n, device)
     machine += (" Host memory: freed memory kept in the process (glibc mallopt; process-wide, "
                 "so torch's steps run under it too)." if kept else
