@@ -2,37 +2,9 @@
 
 from __future__ import annotations
 
-from tinygrad_attn.functional import (
-    cat,
-    clamp,
-    cross_entropy,
-    dropout,
-    embedding,
-    exp,
-    gather,
-    gelu,
-    index_select,
-    layer_norm,
-    log,
-    log_softmax,
-    logsumexp,
-    masked_fill,
-    matmul,
-    maximum,
-    minimum,
-    relu,
-    rsqrt,
-    scaled_dot_product_attention,
-    sigmoid,
-    silu,
-    softmax,
-    sqrt,
-    stack,
-    tanh,
-    tril,
-    triu,
-    where,
-)
+from tinygrad_attn import ops as _ops
+
+globals().update(_ops.names("functional"))  # each op declares whether it is functional
 
 
 def linear(x, weight, bias=None):
@@ -48,9 +20,4 @@ def linear(x, weight, bias=None):
     return y.add_(bias) if x.ndim > 1 else y + bias  # a 1-D x gives a squeezed view
 
 
-__all__ = [
-    "cat", "clamp", "cross_entropy", "dropout", "embedding", "exp", "gather", "gelu",
-    "index_select", "layer_norm", "linear", "log", "log_softmax", "logsumexp", "masked_fill",
-    "matmul", "maximum", "minimum", "relu", "rsqrt", "scaled_dot_product_attention", "sigmoid",
-    "silu", "softmax", "sqrt", "stack", "tanh", "tril", "triu", "where",
-]
+__all__ = [*_ops.names("functional"), "linear"]

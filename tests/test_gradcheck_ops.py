@@ -102,6 +102,7 @@ UNARY = {
     "gelu_tanh": (lambda x: gelu(x, approximate="tanh"), "real"),
     "gelu_ops": (lambda x: ta.ops.gelu(x * 2), "real"),
     "silu": (lambda x: silu(x), "real"),
+    "dropout": (lambda x: _dropout(x), "real"),
     "clamp": (lambda x: x.clamp(-0.5, 0.5), "clamp"),
     "clamp_min": (lambda x: x.clamp(min=-0.5), "clamp"),
     "clamp_max": (lambda x: ta.clamp(x, max=0.5), "clamp"),
@@ -123,6 +124,11 @@ UNARY = {
     "rpow_e": (lambda x: 0.7 ** x, "real"),
 }
 ELEM_VIEWS = ["contiguous", "transposed", "sliced", "expand:1x4", "expand:3x1"]
+
+
+def _dropout(x):
+    ta.manual_seed(3)  # the same mask on every call, so finite differences make sense
+    return ta.functional.dropout(x, 0.4)
 
 
 @pytest.mark.parametrize("view", ELEM_VIEWS)
@@ -484,6 +490,7 @@ COPY_OPS = {
     "gather_smaller": lambda x: x.gather(-1, _t([[1], [3]])),
     "index_select_dim0": lambda x: x.index_select(0, _t([2, 0, 2, 1])),
     "index_select_dim1": lambda x: ta.index_select(x, 1, _t([3, 3, 0])),
+    "embedding": lambda x: ta.functional.embedding(_t([[2, 0], [2, 1]]), x),  # x: the weight
     "where_scalar_other": lambda x: ta.where(_mask((3, 4)), x, 0.5),
     "where_scalar_self": lambda x: ta.where(_mask((3, 4)), -1.0, x * 2),
     "where_method": lambda x: x.where(_mask((3, 4)), x.exp()),
@@ -773,6 +780,31 @@ def test_layer_norm_gradcheck_over_two_normalized_dims_noncontiguous():
         ln(x, (5,), None, None)
 
 
+def test_to():
+    # float64 -> float32 -> float64 is linear with a rounding of ~1e-7: a wide step keeps the
+    # rounding out of the finite differences. Moving to the host and back is ToDevice's
+    # backward twice on a GPU (and no op at all on the CPU).
+    x, _ = make((3, 4), "transposed")
+    assert ta.gradcheck(lambda x: x.float().to(ta.float64) * x, [x], eps=1e-2)
+    assert ta.gradcheck(lambda x: x.cpu().to(x.device).exp(), [x])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_scaled_dot_product_attention(causal):
+    sdpa = ta.functional.scaled_dot_product_attention
+    kv_len = 3 if causal else 5
+    check(lambda q, k, v: sdpa(q, k, v, is_causal=causal, block_size=2),
+          [((2, 3, 4), "transposed", "real"), ((2, kv_len, 4), "sliced", "real"),
+           _c((2, kv_len, 3))])
+
+
+def test_checkpoint():
+    def block(a, b):
+        return (a @ b).tanh() * a.sum()
+
+    check(lambda x, w: ta.checkpoint(block, x, w), [((3, 4), "transposed", "real"), _c((4, 4))])
+
+
 # ----------------------------------------------------------------------------- on device
 ON_DEVICE = (
     [(test_unary, {"op": op, "view": "transposed"}) for op in UNARY]
@@ -794,7 +826,10 @@ ON_DEVICE = (
        (test_tri_batched, {"op": "triu", "view": "transposed"}),
        (test_gather_3d, {}),
        (test_masked_fill_attention_mask, {}),
-       (test_masked_fill_value_tensor_gets_gradient, {})]
+       (test_masked_fill_value_tensor_gets_gradient, {}),
+       (test_to, {}),
+       (test_scaled_dot_product_attention, {"causal": True}),
+       (test_checkpoint, {})]
     + [(test_matmul, {"case": case}) for case in MATMUL]
     + [(test_view_op, {"op": op, "view": views[-1]}) for op, (_, views) in VIEW_OPS.items()]
     + [(test_expand, {"op": op, "view": "sliced"}) for op in EXPAND_OPS]
@@ -822,3 +857,22 @@ def test_op_on_device(gpu_device, case, monkeypatch):
     monkeypatch.setitem(DEVICE, "name", gpu_device)
     fn, kwargs = case
     fn(**kwargs)
+
+
+# ----------------------------------------------------------------------------- coverage
+# Read by tests/test_registry.py: every differentiable public op needs a row here. A table
+# row counts for the public name its key starts with (`clamp_min` is a clamp row, `add_` an
+# in-place one); the tests outside the tables name the ops they check.
+TESTS_OF = {
+    "sum": test_sum_mean_var, "mean": test_sum_mean_var, "var": test_sum_mean_var,
+    "std": test_var_std_correction, "max": test_max_min_dim, "min": test_max_min_all,
+    "logsumexp": test_logsumexp, "softmax": test_softmax, "log_softmax": test_softmax,
+    "matmul": test_matmul, "getitem": test_view_op, "as_strided": test_as_strided,
+    "cat": test_cat, "remainder": test_remainder_and_floor_divide, "to": test_to,
+    "cross_entropy": test_cross_entropy_gradcheck_contiguous_and_transposed,
+    "layer_norm": test_layer_norm_gradcheck_over_two_normalized_dims_noncontiguous,
+    "scaled_dot_product_attention": test_scaled_dot_product_attention,
+    "checkpoint": test_checkpoint,
+}
+TABLES = (UNARY, BINARY, VIEW_OPS, EXPAND_OPS, SQUEEZE_OPS, COPY_OPS, INPLACE)
+COVERED = {key for table in TABLES for key in table} | set(TESTS_OF)

@@ -5,8 +5,7 @@ where the bytes of a training step go. See README.md and DESIGN.md.
 """
 
 from . import tensor as _tensor_module  # noqa: F401,I001 - first: binds the op layer
-from . import autograd, backend, cuda, functional, memory, ops  # noqa: F401
-from .checkpoint import checkpoint  # noqa: F401
+from . import autograd, backend, checkpoint, cuda, functional, memory, ops  # noqa: F401
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .backend import (  # noqa: F401
     DType, bool_, float16, float32, float64, int8, int32, int64, uint8,
@@ -18,10 +17,6 @@ from .creation import (  # noqa: F401
 )
 from .errors import DeviceMismatchError, OutOfMemoryError, ShapeError  # noqa: F401
 from .gradcheck import GradcheckError, gradcheck  # noqa: F401
-from .ops import (  # noqa: F401
-    abs, cat, clamp, exp, gather, index_select, log, log_softmax, logsumexp, masked_fill,
-    matmul, maximum, minimum, relu, sigmoid, softmax, sqrt, stack, tanh, tril, triu, where,
-)
 from .storage import Storage  # noqa: F401
 from .backend import Generator  # noqa: F401
 from .tensor import Tensor  # noqa: F401
@@ -31,6 +26,8 @@ float = float32  # noqa: A001 - ta.float, as torch.float
 double = float64
 long = int64
 half = float16
+
+globals().update(ops.names("ta"))  # ta.exp, ta.softmax, ta.checkpoint, ...: each op says
 
 __version__ = "0.1.0"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .autograd import Function, backward, enable_grad
 from .creation import default_generator
+from .ops.registry import op
 from .tensor import Tensor
 
 
@@ -58,6 +59,7 @@ class Checkpoint(Function):
         return (None, *grads)
 
 
+@op(Checkpoint, ta=True)
 def checkpoint(fn, *args) -> Tensor:
     """fn(*args), saving only args for backward and recomputing fn's insides there.
 

@@ -2,8 +2,8 @@
 
 A Tensor never owns memory; its Storage does. View ops make a new Tensor over the same
 Storage with other (shape, strides, offset) — see shape.py for the arithmetic — so they
-allocate nothing. The methods below are thin: each forwards to the op in `ops`, where the
-forward and backward of every op live side by side.
+allocate nothing. Its op methods are the op layer's registered functions (`ops`, where the
+forward and backward of every op live side by side), attached at the bottom of this file.
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ class Tensor:
             node._retained = {}
         node._retained[self._output_nr] = weakref.ref(self)
 
-    # ------------------------------------------------------------------ arithmetic
+    # ------------------------------------------------------------------ operators
     def __add__(self, other): return _ops.add(self, other)
     def __radd__(self, other): return _ops.add(self, other)
     def __sub__(self, other): return _ops.sub(self, other)
@@ -296,30 +296,18 @@ class Tensor:
     def __le__(self, other): return _ops.compare(self, other, "le")
     def __gt__(self, other): return _ops.compare(self, other, "gt")
     def __ge__(self, other): return _ops.compare(self, other, "ge")
-    def __invert__(self): return _ops.logical_not(self)
+    def __invert__(self): return _ops.bitwise_not(self)
     def __and__(self, other): return _ops.logical(self, other, "and")
     def __or__(self, other): return _ops.logical(self, other, "or")
+    def __getitem__(self, index): return _ops.getitem(self, index)
+    def __setitem__(self, index, value): _ops.setitem(self, index, value)
+    def __iter__(self): return iter(_ops.unbind(self, 0))
     __hash__ = object.__hash__
 
-    def add(self, other): return _ops.add(self, other)
-    def sub(self, other): return _ops.sub(self, other)
-    def mul(self, other): return _ops.mul(self, other)
-    def div(self, other): return _ops.div(self, other)
-    def pow(self, exponent): return _ops.pow(self, exponent)
-    def remainder(self, other): return _ops.remainder(self, other)
-    def neg(self): return _ops.neg(self)
-    def exp(self): return _ops.exp(self)
-    def log(self): return _ops.log(self)
-    def sqrt(self): return _ops.sqrt(self)
-    def rsqrt(self): return _ops.rsqrt(self)
-    def abs(self): return _ops.abs(self)
-    def tanh(self): return _ops.tanh(self)
-    def sigmoid(self): return _ops.sigmoid(self)
-    def relu(self): return _ops.relu(self)
-    def maximum(self, other): return _ops.maximum(self, other)
-    def minimum(self, other): return _ops.minimum(self, other)
-    def clamp(self, min=None, max=None): return _ops.clamp(self, min, max)  # noqa: A002
-    clip = clamp
+    # ------------------------------------------------------------------ op methods
+    # An op's method is its registered function itself (`@op(Exp, method=True)` in
+    # ops/elementwise.py makes x.exp() call ops.exp(x)), attached at the bottom of this
+    # file. Written out here are only the methods whose signature is not the function's.
     def eq(self, other): return _ops.compare(self, other, "eq")
     def ne(self, other): return _ops.compare(self, other, "ne")
     def lt(self, other): return _ops.compare(self, other, "lt")
@@ -328,51 +316,16 @@ class Tensor:
     def ge(self, other): return _ops.compare(self, other, "ge")
     def any(self): return _ops.any_all(self, "any")
     def all(self): return _ops.any_all(self, "all")
-    def matmul(self, other): return _ops.matmul(self, other)
-    def softmax(self, dim): return _ops.softmax(self, dim)
-    def log_softmax(self, dim): return _ops.log_softmax(self, dim)
+    def where(self, condition, other): return _ops.where(condition, self, other)
 
-    # ------------------------------------------------------------------ reductions
-    def sum(self, dim=None, keepdim=False): return _ops.sum(self, dim, keepdim)
-    def mean(self, dim=None, keepdim=False): return _ops.mean(self, dim, keepdim)
-    def var(self, dim=None, keepdim=False, correction=1):
-        return _ops.var(self, dim, keepdim, correction)
-    def std(self, dim=None, keepdim=False, correction=1):
-        return _ops.var(self, dim, keepdim, correction).sqrt()
-    def max(self, dim=None, keepdim=False): return _ops.max(self, dim, keepdim)
-    def min(self, dim=None, keepdim=False): return _ops.min(self, dim, keepdim)
-    def argmax(self, dim=None, keepdim=False): return _ops.argmax(self, dim, keepdim)
-    def argmin(self, dim=None, keepdim=False): return _ops.argmin(self, dim, keepdim)
-    def logsumexp(self, dim, keepdim=False): return _ops.logsumexp(self, dim, keepdim)
-
-    # ------------------------------------------------------------------ views
     def view(self, *shape): return _ops.view(self, _shape_arg(shape))
     def view_as(self, other): return _ops.view(self, other.shape)
     def reshape(self, *shape): return _ops.reshape(self, _shape_arg(shape))
     def reshape_as(self, other): return _ops.reshape(self, other.shape)
-    def transpose(self, dim0, dim1): return _ops.transpose(self, dim0, dim1)
     def permute(self, *dims): return _ops.permute(self, _shape_arg(dims))
-    def split(self, split_size_or_sections, dim=0):
-        return _ops.split(self, split_size_or_sections, dim)
-    def chunk(self, chunks, dim=0): return _ops.chunk(self, chunks, dim)
-    def unbind(self, dim=0): return _ops.unbind(self, dim)
     def expand(self, *shape): return _ops.expand(self, _shape_arg(shape))
     def expand_as(self, other): return _ops.expand(self, other.shape)
-    def broadcast_to(self, shape): return _ops.expand(self, tuple(shape))
-    def squeeze(self, dim=None): return _ops.squeeze(self, dim)
-    def unsqueeze(self, dim): return _ops.unsqueeze(self, dim)
-    def flatten(self, start_dim=0, end_dim=-1): return _ops.flatten(self, start_dim, end_dim)
-    def unflatten(self, dim, sizes): return _ops.unflatten(self, dim, sizes)
-    def narrow(self, dim, start, length): return _ops.narrow(self, dim, start, length)
-    def as_strided(self, size, stride, storage_offset=None):
-        return _ops.as_strided(self, size, stride, storage_offset)
-    def __getitem__(self, index): return _ops.getitem(self, index)
-    def __iter__(self): return iter(_ops.unbind(self, 0))
 
-    # ------------------------------------------------------------------ copies
-    def contiguous(self): return _ops.contiguous(self)
-    def clone(self): return _ops.clone(self)
-    def to(self, *args, **kwargs): return _ops.to(self, *args, **kwargs)
     def cpu(self): return _ops.to(self, "cpu")
     def cuda(self, device=None):
         return _ops.to(self, "cuda" if device is None else f"cuda:{int(device)}")
@@ -383,15 +336,8 @@ class Tensor:
     def int(self): return _ops.to(self, backend.int32)
     def bool(self): return _ops.to(self, backend.bool_)
     def type_as(self, other): return _ops.to(self, other.dtype)
-    def masked_fill(self, mask, value): return _ops.masked_fill(self, mask, value)
-    def where(self, condition, other): return _ops.where(condition, self, other)
-    def tril(self, diagonal=0): return _ops.tril(self, diagonal)
-    def triu(self, diagonal=0): return _ops.triu(self, diagonal)
-    def gather(self, dim, index): return _ops.gather(self, dim, index)
-    def index_select(self, dim, index): return _ops.index_select(self, dim, index)
 
-    # ------------------------------------------------------------------ in place
-    def __setitem__(self, index, value): _ops.setitem(self, index, value)
+    # in place: one registered function, `inplace`, with the kind of write
     def add_(self, other, alpha=1): return _ops.inplace(self, "add", other, alpha)
     def sub_(self, other, alpha=1): return _ops.inplace(self, "add", other, -alpha)
     def mul_(self, other): return _ops.inplace(self, "mul", other)
@@ -454,3 +400,7 @@ def _ones_like_array(t: Tensor):
 
 
 from . import ops as _ops  # noqa: E402  (the op layer; methods above forward to it at call time)
+
+for _name, _fn in _ops.names("method").items():
+    if _name not in Tensor.__dict__:  # written out above: a signature of its own
+        setattr(Tensor, _name, _fn)

@@ -19,6 +19,7 @@ from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array
+from .registry import op
 
 DEFAULT_BLOCK_SIZE = 128
 
@@ -138,6 +139,7 @@ class ScaledDotProductAttention(Function):
                 from_array(dV) if nv else None)
 
 
+@op(ScaledDotProductAttention, functional=True)
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None,

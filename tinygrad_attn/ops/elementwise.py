@@ -7,6 +7,7 @@ import math
 from .. import backend
 from ..autograd import Function
 from ._util import Tensor, broadcast_shape, check_same_device, from_array, operand, unbroadcast
+from .registry import op
 
 
 def _shape(x):
@@ -180,9 +181,10 @@ class Remainder(Function):
         return ga, gb
 
 
-def floor_divide(a, b) -> Tensor:
-    """a // b, elementwise (not differentiable: its derivative is zero almost everywhere)."""
-    A, B, xp = _binary_arrays("floor_divide", a, b)
+@op(method=True)
+def floor_divide(x, other) -> Tensor:
+    """x // other, elementwise (not differentiable: its derivative is zero almost everywhere)."""
+    A, B, xp = _binary_arrays("floor_divide", x, other)
     return _wrap(xp.floor_divide(A, B))
 
 
@@ -481,46 +483,91 @@ _COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
             "gt": "greater", "ge": "greater_equal"}
 
 
+@op(method=("eq", "ne", "lt", "le", "gt", "ge"))
 def compare(a, b, how: str) -> Tensor:
     """Elementwise comparison: a bool tensor, never differentiable."""
     A, B, xp = _binary_arrays(how, a, b)
     return _wrap(getattr(xp, _COMPARE[how])(A, B))
 
 
+@op()  # a & b, a | b
 def logical(a, b, how: str) -> Tensor:
     A, B, xp = _binary_arrays(how, a, b)
     return _wrap(xp.logical_and(A, B) if how == "and" else xp.logical_or(A, B))
 
 
-def logical_not(a: Tensor) -> Tensor:
+@op(method=True)  # also ~a
+def bitwise_not(a: Tensor) -> Tensor:
+    """Logical not of a bool tensor, bitwise not of an integer one (as torch's)."""
     xp = backend.xp_for(a.device)
     A = a._array()
     return _wrap(xp.logical_not(A) if A.dtype == bool else xp.invert(A))
 
 
+@op(method=("any", "all"))
 def any_all(a: Tensor, how: str) -> Tensor:
     xp = backend.xp_for(a.device)
     return _wrap(xp.asarray(getattr(xp, how)(a._array())))
 
 
 # ----------------------------------------------------------------------------- entry points
-def add(a, b): return Add.apply(a, b)
-def sub(a, b): return Sub.apply(a, b)
-def mul(a, b): return Mul.apply(a, b)
-def div(a, b): return Div.apply(a, b)
-def pow(a, b): return Pow.apply(a, b)  # noqa: A001
-def remainder(a, b): return Remainder.apply(a, b)
-def maximum(a, b): return Maximum.apply(a, b)
-def minimum(a, b): return Minimum.apply(a, b)
+
+@op(Add, method=True)
+def add(x, other): return Add.apply(x, other)
+
+@op(Sub, method=True)
+def sub(x, other): return Sub.apply(x, other)
+
+@op(Mul, method=True)
+def mul(x, other): return Mul.apply(x, other)
+
+@op(Div, method=True)
+def div(x, other): return Div.apply(x, other)
+
+@op(Pow, method=True)
+def pow(x, exponent): return Pow.apply(x, exponent)  # noqa: A001
+
+@op(Remainder, method=True)
+def remainder(x, other): return Remainder.apply(x, other)
+
+@op(Maximum, method=True, ta=True, functional=True)
+def maximum(x, other): return Maximum.apply(x, other)
+
+@op(Minimum, method=True, ta=True, functional=True)
+def minimum(x, other): return Minimum.apply(x, other)
+
+@op(Neg, method=True)
 def neg(x): return Neg.apply(x)
+
+@op(Exp, method=True, ta=True, functional=True)
 def exp(x): return Exp.apply(x)
+
+@op(Log, method=True, ta=True, functional=True)
 def log(x): return Log.apply(x)
+
+@op(Sqrt, method=True, ta=True, functional=True)
 def sqrt(x): return Sqrt.apply(x)
+
+@op(Rsqrt, method=True, functional=True)
 def rsqrt(x): return Rsqrt.apply(x)
+
+@op(Abs, method=True, ta=True)
 def abs(x): return Abs.apply(x)  # noqa: A001
+
+@op(Tanh, method=True, ta=True, functional=True)
 def tanh(x): return Tanh.apply(x)
+
+@op(Sigmoid, method=True, ta=True, functional=True)
 def sigmoid(x): return Sigmoid.apply(x)
+
+@op(Relu, method=True, ta=True, functional=True)
 def relu(x): return Relu.apply(x)
+
+@op(Gelu, functional=True)
 def gelu(x, approximate="none"): return Gelu.apply(x, approximate=approximate)
+
+@op(Silu, functional=True)
 def silu(x): return Silu.apply(x)
+
+@op(Clamp, method=("clamp", "clip"), ta=True, functional=True)
 def clamp(x, min=None, max=None): return Clamp.apply(x, lo=min, hi=max)  # noqa: A002

@@ -8,6 +8,7 @@ from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, unbroadcast, zeros_array
+from .registry import op
 
 
 def _index_arrays(x: Tensor, index) -> tuple:
@@ -96,6 +97,7 @@ class Cat(Function):
         return tuple(grads)
 
 
+@op(Cat, ta=True, functional=True)
 def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
@@ -103,6 +105,7 @@ def cat(tensors, dim=0):
     return Cat.apply(*tensors, dim=dim)
 
 
+@op(Cat, ta=True, functional=True)
 def stack(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
@@ -151,6 +154,7 @@ class Where(Function):
         return None, ga, gb
 
 
+@op(Where, method=True, ta=True, functional=True)
 def where(cond, a, b):
     if type(cond) is not Tensor:
         raise TypeError("where: condition must be a Tensor")
@@ -191,6 +195,7 @@ class MaskedFill(Function):
         return gx, None, gv
 
 
+@op(MaskedFill, method=True, ta=True, functional=True)
 def masked_fill(x, mask, value):
     return MaskedFill.apply(x, mask, value)
 
@@ -216,10 +221,12 @@ class Tri(Function):
         return from_array((xp.tril if ctx.lower else xp.triu)(g._array(), ctx.k))
 
 
+@op(Tri, method=True, ta=True, functional=True)
 def tril(x, diagonal=0):
     return Tri.apply(x, k=diagonal, lower=True)
 
 
+@op(Tri, method=True, ta=True, functional=True)
 def triu(x, diagonal=0):
     return Tri.apply(x, k=diagonal, lower=False)
 
@@ -273,6 +280,7 @@ class Gather(Function):
         return from_array(out), None, None
 
 
+@op(Gather, method=True, ta=True, functional=True)
 def gather(x, dim, index):
     return Gather.apply(x, dim, index)
 
@@ -312,5 +320,6 @@ class IndexSelect(Function):
         return from_array(out), None, None
 
 
+@op(IndexSelect, method=True, ta=True, functional=True)
 def index_select(x, dim, index):
     return IndexSelect.apply(x, dim, index)

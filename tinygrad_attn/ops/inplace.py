@@ -15,6 +15,7 @@ from ..autograd import Function, GradMode
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, sum_to, unbroadcast
 from .indexing import _index_arrays
+from .registry import op
 
 
 def _bump(t: Tensor) -> None:
@@ -268,6 +269,9 @@ def _guard(op: str, x: Tensor, *others) -> None:
         )
 
 
+@op(AddInplace, MulInplace, DivInplace, FillInplace, CopyInplace, MaskedFillInplace,
+    ClampInplace, method=("add_", "sub_", "mul_", "div_", "zero_", "fill_", "copy_",
+                          "masked_fill_", "clamp_"))
 def inplace(x: Tensor, kind: str, *args):
     op = f"{kind}_"
     _guard(op, x, *args)
@@ -291,6 +295,7 @@ def _mark_history(x: Tensor) -> None:
         x._storage.history_version = x._storage.version
 
 
+@op(SetItem, method="__setitem__")
 def setitem(x: Tensor, index, value) -> None:
     _guard("setitem", x, value)
     check_same_device("setitem", x, value)
@@ -304,6 +309,7 @@ def setitem(x: Tensor, index, value) -> None:
     _mark_history(x)
 
 
+@op()  # no graph node; ta.functional names it by hand, nn.functional does not
 def adamw_update_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *,
                   lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
                   step: int) -> Tensor:

@@ -14,6 +14,8 @@ from ..autograd import Function, ReshapeGrad, SliceGrad
 from ..errors import ShapeError
 from ..storage import habits
 from ..tensor import Tensor, _make, from_array
+from .indexing import AdvancedIndex, advanced_index
+from .registry import op
 
 
 def _view(x: Tensor, shape, strides, offset=None) -> Tensor:
@@ -65,10 +67,12 @@ class ReshapeCopy(Function):
         return g.reshape(ctx.in_shape)
 
 
+@op(View, method=("view", "view_as"))
 def view(x: Tensor, shape) -> Tensor:
     return View.apply(x, tuple(shape))
 
 
+@op(View, ReshapeCopy, method=("reshape", "reshape_as"))
 def reshape(x: Tensor, shape) -> Tensor:
     """A view when the strides allow it, else a copy (recorded as 'reshape-copy')."""
     new_shape = shp.infer_shape(shape, x.numel(), "reshape")
@@ -126,10 +130,12 @@ def _permute_copy(view: Tensor) -> Tensor:
     return from_array(backend.copy(view._array()), "permute-copy")
 
 
+@op(Permute, method=("permute", "T"))
 def permute(x, dims):
     return Permute.apply(x, tuple(dims))
 
 
+@op(Transpose, method=("transpose", "mT"))
 def transpose(x, dim0, dim1):
     if x.ndim < 2 and dim0 in (0, -1) and dim1 in (0, -1):
         return x
@@ -181,6 +187,7 @@ class Expand(Function):
         return unbroadcast(g, ctx.in_shape)
 
 
+@op(Expand, method=("expand", "expand_as", "broadcast_to"))
 def expand(x, shape):
     if tuple(shape) == x.shape:
         return x
@@ -221,6 +228,7 @@ class Unsqueeze(Function):
         return g.squeeze(ctx.dim)
 
 
+@op(Squeeze, method=True)
 def squeeze(x, dim=None):
     if dim is None:
         dims = tuple(i for i, s in enumerate(x.shape) if s == 1)
@@ -232,10 +240,12 @@ def squeeze(x, dim=None):
     return Squeeze.apply(x, dims)
 
 
+@op(Unsqueeze, method=True)
 def unsqueeze(x, dim):
     return Unsqueeze.apply(x, dim)
 
 
+@op(View, ReshapeCopy, method=True)
 def flatten(x, start_dim=0, end_dim=-1):
     if x.ndim == 0:
         return reshape(x, (1,))
@@ -247,6 +257,7 @@ def flatten(x, start_dim=0, end_dim=-1):
     return reshape(x, shape)
 
 
+@op(View, ReshapeCopy, method=True)
 def unflatten(x, dim, sizes):
     d = shp.normalize_dim(dim, x.ndim, "unflatten")
     sizes = shp.infer_shape(sizes, x.shape[d], "unflatten")
@@ -294,15 +305,15 @@ class Slice(Function):
         return grad
 
 
+@op(Slice, AdvancedIndex, method="__getitem__")
 def getitem(x: Tensor, index):
     basic = _basic_index(index)
     if basic is not None:
         return Slice.apply(x, basic)
-    from .indexing import advanced_index
-
     return advanced_index(x, index)
 
 
+@op(Slice, method=True)
 def narrow(x, dim, start, length):
     d = shp.normalize_dim(dim, x.ndim, "narrow")
     if start < 0:
@@ -360,6 +371,7 @@ class MultiSlice(Function):
         return from_array(buf)
 
 
+@op(MultiSlice, method=True)
 def split(x, split_size_or_sections, dim=0):
     d = shp.normalize_dim(dim, x.ndim, "split")
     size = x.shape[d]
@@ -382,6 +394,7 @@ def split(x, split_size_or_sections, dim=0):
     return MultiSlice.apply(x, tuple(indices))
 
 
+@op(MultiSlice, method=True)
 def chunk(x, chunks, dim=0):
     if chunks <= 0:
         raise ValueError(f"chunk: number of chunks must be positive, got {chunks}")
@@ -390,6 +403,7 @@ def chunk(x, chunks, dim=0):
     return split(x, step, d)
 
 
+@op(MultiSlice, method=True)
 def unbind(x, dim=0):
     d = shp.normalize_dim(dim, x.ndim, "unbind")
     indices = tuple((slice(None),) * d + (i,) for i in range(x.shape[d]))
@@ -445,6 +459,7 @@ def _positions(xp, shape, strides, offset):
     return pos
 
 
+@op(AsStrided, method=True)
 def as_strided(x, size, stride, storage_offset=None):
     return AsStrided.apply(x, size, stride, storage_offset)
 
@@ -465,6 +480,7 @@ class Contiguous(Function):
         return g
 
 
+@op(Contiguous, method=True)
 def contiguous(x):
     """x itself if already contiguous, else an explicit copy."""
     if x.is_contiguous():
@@ -472,6 +488,7 @@ def contiguous(x):
     return Contiguous.apply(x)
 
 
+@op(Contiguous, method=True)
 def clone(x):
     return Contiguous.apply(x, reason="clone")
 
@@ -502,6 +519,8 @@ class ToDevice(Function):
         return from_array(backend.to_device(g._array(), ctx.in_device), "device-copy")
 
 
+@op(Cast, ToDevice, method=("to", "cpu", "cuda", "float", "double", "half", "long", "int",
+                             "bool", "type_as"))
 def to(x, *args, **kwargs):
     """x.to(device), x.to(dtype), x.to(device, dtype) or x.to(other_tensor)."""
     device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)

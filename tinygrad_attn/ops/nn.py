@@ -13,6 +13,8 @@ from ..autograd import Function
 from ..creation import default_generator
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array
+from .indexing import IndexSelect
+from .registry import op
 
 
 class LayerNorm(Function):
@@ -101,6 +103,7 @@ class LayerNorm(Function):
         return gx, gw, gb
 
 
+@op(LayerNorm, functional=True)
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
@@ -166,6 +169,7 @@ class CrossEntropy(Function):
         return from_array(grad), None
 
 
+@op(CrossEntropy, functional=True)
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
     return CrossEntropy.apply(logits, target, ignore_index=ignore_index, reduction=reduction)
 
@@ -192,6 +196,7 @@ class Dropout(Function):
         return from_array((G * mask._array()) * G.dtype.type(ctx.scale))
 
 
+@op(Dropout, functional=True)
 def dropout(x, p=0.5, training=True, generator=None):
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: probability must be in [0, 1], got {p}")
@@ -202,6 +207,7 @@ def dropout(x, p=0.5, training=True, generator=None):
     return Dropout.apply(x, p, generator=generator)
 
 
+@op(IndexSelect, functional=True)
 def embedding(index: Tensor, weight: Tensor) -> Tensor:
     """weight rows picked by index (any shape): (*index.shape, embedding_dim).
 
@@ -213,5 +219,3 @@ def embedding(index: Tensor, weight: Tensor) -> Tensor:
     rows = weight.index_select(0, flat)
     return rows.view(tuple(index.shape) + (weight.shape[1],))
 
-
-__all__ = ["layer_norm", "cross_entropy", "dropout", "embedding"]

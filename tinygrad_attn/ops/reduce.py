@@ -8,6 +8,8 @@ from .. import storage as storage_mod
 from ..autograd import Function
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, unbroadcast
+from .elementwise import Sqrt, sqrt
+from .registry import op
 
 
 def _axes(x: Tensor, dim, op: str):
@@ -254,7 +256,9 @@ def _rows_mergeable(t: Tensor) -> bool:
     return shp.view_strides(t.shape, t._strides, merged) is not None
 
 
-def matmul(a: Tensor, b: Tensor) -> Tensor:
+@op(Matmul, method=True, ta=True, functional=True)
+def matmul(x: Tensor, other: Tensor) -> Tensor:
+    a, b = x, other
     if type(a) is not Tensor or type(b) is not Tensor:
         raise TypeError(
             f"matmul: both operands must be Tensors, got {type(a).__name__} and "
@@ -358,24 +362,34 @@ class LogSoftmax(Function):
 
 
 # ----------------------------------------------------------------------------- entry points
+@op(Sum, method=True)
 def sum(x, dim=None, keepdim=False):  # noqa: A001
     return Sum.apply(x, dim=dim, keepdim=keepdim)
 
 
+@op(Mean, method=True)
 def mean(x, dim=None, keepdim=False):
     return Mean.apply(x, dim=dim, keepdim=keepdim)
 
 
+@op(Var, method=True)
 def var(x, dim=None, keepdim=False, correction=1):
     return Var.apply(x, dim=dim, keepdim=keepdim, correction=correction)
 
 
+@op(Var, Sqrt, method=True)
+def std(x, dim=None, keepdim=False, correction=1):
+    return sqrt(var(x, dim, keepdim, correction))
+
+
+@op(MaxAll, MaxDim, method=True)
 def max(x, dim=None, keepdim=False):  # noqa: A001
     if dim is None:
         return MaxAll.apply(x, pick="max")
     return MaxDim.apply(x, dim, keepdim=keepdim, pick="max")
 
 
+@op(MaxAll, MaxDim, method=True)
 def min(x, dim=None, keepdim=False):  # noqa: A001
     if dim is None:
         return MaxAll.apply(x, pick="min")
@@ -390,21 +404,26 @@ def _arg(x, dim, keepdim, fn):
     return from_array(getattr(xp, fn)(x._array(), axis=d, keepdims=keepdim).astype(xp.int64))
 
 
+@op(method=True)
 def argmax(x, dim=None, keepdim=False):
     return _arg(x, dim, keepdim, "argmax")
 
 
+@op(method=True)
 def argmin(x, dim=None, keepdim=False):
     return _arg(x, dim, keepdim, "argmin")
 
 
+@op(LogSumExp, method=True, ta=True, functional=True)
 def logsumexp(x, dim, keepdim=False):
     return LogSumExp.apply(x, dim, keepdim=keepdim)
 
 
+@op(Softmax, method=True, ta=True, functional=True)
 def softmax(x, dim):
     return Softmax.apply(x, dim)
 
 
+@op(LogSoftmax, method=True, ta=True, functional=True)
 def log_softmax(x, dim):
     return LogSoftmax.apply(x, dim)

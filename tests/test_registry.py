@@ -1,0 +1,238 @@
+"""The op registry, walked: an op is one Function class plus one registered function, and every
+name the engine publishes for it (ta.ops.*, Tensor methods, ta.*, ta.functional.*,
+nn.functional.*) comes from that registration. docs/adding-an-op.md is the recipe."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import re
+import textwrap
+
+import pytest
+import test_gradcheck_ops
+
+import nn.functional
+import tinygrad_attn as ta
+import tinygrad_attn.functional
+from tinygrad_attn.ops.registry import REGISTRY
+
+ENTRIES = list(REGISTRY.values())
+
+# Tensor's public attributes that are not ops: geometry, host values, autograd plumbing.
+NOT_OPS = {
+    "backward", "data", "data_ptr", "detach", "detach_", "dim", "element_size", "grad",
+    "grad_fn", "is_contiguous", "is_cuda", "is_floating_point", "is_leaf", "item", "itemsize",
+    "nbytes", "ndim", "numel", "numpy", "register_hook", "requires_grad", "requires_grad_",
+    "retain_grad", "shape", "shares_storage", "size", "storage", "storage_offset", "stride",
+    "tolist", "untyped_storage",
+}
+
+# The op methods of torch.Tensor that ta.Tensor has; none may quietly disappear.
+TORCH_METHODS = {
+    "T", "abs", "add", "add_", "all", "any", "argmax", "argmin", "as_strided", "bitwise_not",
+    "bool", "broadcast_to", "chunk", "clamp", "clamp_", "clip", "clone", "contiguous", "copy_",
+    "cpu", "cuda", "div", "div_", "double", "eq", "exp", "expand", "expand_as", "fill_",
+    "flatten", "float", "floor_divide", "gather", "ge", "gt", "half", "index_select", "int",
+    "le", "log", "log_softmax", "logsumexp", "long", "lt", "mT", "masked_fill", "masked_fill_",
+    "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "mul_", "narrow", "ne", "neg",
+    "permute", "pow", "relu", "remainder", "reshape", "reshape_as", "rsqrt", "sigmoid",
+    "softmax", "split", "sqrt", "squeeze", "std", "sub", "sub_", "sum", "tanh", "to",
+    "transpose", "tril", "triu", "type_as", "unbind", "unflatten", "unsqueeze", "var", "view",
+    "view_as", "where", "zero_",
+}
+
+# Names the functional modules have besides the registered functional ops.
+FUNCTIONAL_EXTRAS = {"adamw_update_"}  # ta.functional: the fused optimizer step
+NN_FUNCTIONAL_EXTRAS = {"linear"}  # nn.functional: a composition written in nn
+
+
+def _op_modules():
+    pkg = importlib.import_module("tinygrad_attn.ops")
+    names = [f"tinygrad_attn.ops.{m.name}" for m in pkgutil.iter_modules(pkg.__path__)]
+    return [importlib.import_module(n) for n in names] + [
+        importlib.import_module("tinygrad_attn.checkpoint")]
+
+
+def _op_classes():
+    """Every concrete Function subclass defined in the op layer and in checkpoint.py
+    (a class whose name starts with _ is a shared base, as _MinMax for Maximum/Minimum)."""
+    found = []
+    for module in _op_modules():
+        for name, obj in vars(module).items():
+            if (isinstance(obj, type) and issubclass(obj, ta.Function)
+                    and obj.__module__ == module.__name__ and not name.startswith("_")):
+                found.append(obj)
+    return found
+
+
+OP_CLASSES = _op_classes()
+
+
+def _public_names(entry) -> list[str]:
+    names = [f"Tensor.{m}" for m in entry.methods]
+    names += [f"ta.{entry.name}"] * entry.ta
+    names += [f"ta.functional.{entry.name}"] * entry.functional
+    return names
+
+
+def _ops_calls(fn) -> set[str]:
+    """The names X of every `_ops.X` that a method (or property) of tensor.py uses."""
+    fn = fn.fget if isinstance(fn, property) else fn
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "_ops"}
+
+
+def _classes_named_in(fn) -> set[type]:
+    """The Function classes a function's code names directly (its globals, nested code too)."""
+    found, codes = set(), [fn.__code__]
+    while codes:
+        code = codes.pop()
+        for name in code.co_names:
+            obj = fn.__globals__.get(name)
+            if isinstance(obj, type) and issubclass(obj, ta.Function):
+                found.add(obj)
+        codes.extend(c for c in code.co_consts if inspect.iscode(c))
+    return found
+
+
+def test_the_registry_holds_the_ops():
+    assert len(OP_CLASSES) > 50 and len(ENTRIES) > 60  # the walk below walks something
+    assert REGISTRY["exp"].classes == (ta.ops.elementwise.Exp,)
+    assert REGISTRY["exp"].methods == ("exp",) and REGISTRY["exp"].ta
+    assert REGISTRY["gelu"].functional and not REGISTRY["gelu"].ta
+
+
+def test_every_op_class_is_reachable_from_a_public_name():
+    unreachable = [cls.__qualname__ for cls in OP_CLASSES
+                   if not any(cls in e.classes and _public_names(e) for e in ENTRIES)]
+    assert not unreachable, (
+        f"Function classes no public name applies: {unreachable}; register the function that "
+        "applies each with @op(TheClass, method=..., ta=..., functional=...)")
+
+
+def test_each_entry_declares_the_classes_its_code_applies():
+    missing = {e.name: sorted(c.__name__ for c in _classes_named_in(e.fn) - set(e.classes))
+               for e in ENTRIES}
+    assert not {k: v for k, v in missing.items() if v}, missing
+
+
+def test_op_classes_say_what_they_save():
+    silent = [cls.__qualname__ for cls in OP_CLASSES
+              if not re.search(r"\bsaves\b", inspect.getdoc(cls) or "", re.IGNORECASE)]
+    assert not silent, f"docstrings without a 'Saves ...' line: {silent}"
+
+
+def test_declared_names_exist_and_are_the_registered_function():
+    wrong = []
+    for e in ENTRIES:
+        in_op_layer = e.fn.__module__.startswith("tinygrad_attn.ops.")  # not checkpoint
+        if in_op_layer and getattr(ta.ops, e.name, None) is not e.fn:
+            wrong.append(f"ta.ops.{e.name}")
+        if e.ta and getattr(ta, e.name, None) is not e.fn:
+            wrong.append(f"ta.{e.name}")
+        if e.functional:
+            for mod in (tinygrad_attn.functional, nn.functional):
+                if getattr(mod, e.name, None) is not e.fn:
+                    wrong.append(f"{mod.__name__}.{e.name}")
+    assert not wrong, f"declared but missing or not the registered function: {wrong}"
+
+
+def test_functional_modules_hold_exactly_the_registered_names():
+    def functions(mod):
+        return {n for n, v in vars(mod).items()
+                if not n.startswith("_") and inspect.isfunction(v)}
+
+    declared = {e.name for e in ENTRIES if e.functional}
+    assert functions(tinygrad_attn.functional) == declared | FUNCTIONAL_EXTRAS
+    assert functions(nn.functional) == declared | NN_FUNCTIONAL_EXTRAS
+    assert set(nn.functional.__all__) == declared | NN_FUNCTIONAL_EXTRAS
+
+
+def test_ta_op_names_all_come_from_the_registry():
+    declared = {e.name for e in ENTRIES if e.ta}
+    registered = {e.fn for e in ENTRIES}
+    ops_in_ta = {n for n, v in vars(ta).items() if inspect.isfunction(v) and v in registered}
+    assert ops_in_ta == declared
+    assert {"exp", "softmax", "where", "checkpoint", "maximum"} <= declared
+
+
+def test_tensor_methods_trace_back_to_the_registry():
+    declared = {m: e for e in ENTRIES for m in e.methods}
+    public = {n for n in dir(ta.Tensor) if not n.startswith("_")}
+    assert public - NOT_OPS == {m for m in declared if not m.startswith("_")}, (
+        "a public Tensor attribute is neither an op method declared by @op(method=...) nor "
+        "in NOT_OPS")
+    wrong = []
+    for name, e in declared.items():
+        attr = inspect.getattr_static(ta.Tensor, name, None)
+        if attr is e.fn:
+            continue  # the registered function itself, attached by tensor.py
+        if attr is None or name not in vars(ta.Tensor):
+            wrong.append(f"Tensor.{name}: missing")
+        elif e.name not in _ops_calls(attr):
+            wrong.append(f"Tensor.{name}: written out in tensor.py but does not call "
+                         f"_ops.{e.name}")
+    assert not wrong, wrong
+
+
+def test_tensor_py_calls_only_registered_functions():
+    tree = ast.parse(inspect.getsource(importlib.import_module("tinygrad_attn.tensor")))
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "_ops"}
+    assert used - set(REGISTRY) == {"names"}  # the attaching loop reads the registry
+
+
+def test_expected_torch_methods_are_there():
+    declared = {m for e in ENTRIES for m in e.methods}
+    assert TORCH_METHODS <= declared, sorted(TORCH_METHODS - declared)
+    assert all(hasattr(ta.Tensor, m) for m in TORCH_METHODS)
+    x = ta.tensor([[1.0, -2.0], [3.0, 0.5]])
+    assert x.exp()[0].tolist() == pytest.approx([2.718281828, 0.135335283])
+    assert x.clip(min=0.0).tolist() == [[1.0, 0.0], [3.0, 0.5]]
+    assert x.std(dim=1, keepdim=True).shape == (2, 1)
+    assert x.floor_divide(2).tolist() == [[0.0, -1.0], [1.0, 0.0]]
+    assert ta.tensor([5, 0]).bitwise_not().tolist() == [-6, -1]
+    assert (~ta.tensor([True, False])).tolist() == [False, True]
+
+
+def test_torch_has_the_methods_and_ours_has_torchs():
+    torch = pytest.importorskip("torch")
+    assert not {m for m in TORCH_METHODS if not hasattr(torch.Tensor, m)}
+    invented = [f"{e.name}: Tensor.{m}" for e in ENTRIES for m in e.methods
+                if not hasattr(torch.Tensor, m)]
+    assert not invented, f"Tensor methods torch does not have: {invented}"
+    missing = [e.name for e in ENTRIES
+               if callable(getattr(torch.Tensor, e.name, None)) and e.name not in e.methods]
+    assert not missing, f"torch.Tensor has these methods; declare @op(..., method=True): {missing}"
+
+
+def _has_gradcheck_row(entry) -> bool:
+    covered = test_gradcheck_ops.COVERED
+    return any(n in covered or any(k.startswith(n + "_") for k in covered)
+               for n in (entry.name, *entry.methods))
+
+
+def test_every_differentiable_op_has_a_gradcheck_row():
+    assert all(callable(t) and t.__name__.startswith("test_")
+               for t in test_gradcheck_ops.TESTS_OF.values())
+    missing = [e.name for e in ENTRIES if e.classes and not _has_gradcheck_row(e)]
+    assert not missing, (
+        f"differentiable ops without a gradcheck row in tests/test_gradcheck_ops.py: {missing}")
+
+
+def test_the_helpers_above_can_fail():
+    def squarish(x):
+        return x * x
+
+    exp_class = ta.ops.elementwise.Exp
+    entry = type(REGISTRY["exp"])(squarish, (exp_class,), ("squarish",), True, True)
+    assert not _has_gradcheck_row(entry)
+    assert _has_gradcheck_row(REGISTRY["clamp"])  # through its row `clamp_min`
+    assert _ops_calls(inspect.getattr_static(ta.Tensor, "view")) == {"view"}
+    assert _ops_calls(inspect.getattr_static(ta.Tensor, "T")) == {"permute"}
+    assert _classes_named_in(ta.ops.exp) == {exp_class}
+    assert _classes_named_in(squarish) == set()
