@@ -15,7 +15,7 @@ LAYERS = {
     "tensor": 3,
     "autograd": 4,
     "ops": 5, "creation": 5,
-    "functional": 6, "gradcheck": 6, "checkpoint": 6,
+    "functional": 6, "gradcheck": 6, "checkpoint": 6, "linalg": 6,
     "memory": 7,
     "__init__": 9,
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import pathlib
 import pkgutil
 import re
 import textwrap
@@ -210,15 +211,24 @@ def test_torch_has_the_methods_and_ours_has_torchs():
     assert not missing, f"torch.Tensor has these methods; declare @op(..., method=True): {missing}"
 
 
+def _gradcheck_modules() -> list:
+    """tests/test_gradcheck_ops.py and the files of further op families beside it
+    (tests/test_gradcheck_<family>.py), each with its COVERED rows and TESTS_OF."""
+    here = pathlib.Path(__file__).parent
+    return [test_gradcheck_ops] + [importlib.import_module(p.stem)
+                                   for p in sorted(here.glob("test_gradcheck_*.py"))
+                                   if p.stem != "test_gradcheck_ops"]
+
+
 def _has_gradcheck_row(entry) -> bool:
-    covered = test_gradcheck_ops.COVERED
+    covered = set().union(*(m.COVERED for m in _gradcheck_modules()))
     return any(n in covered or any(k.startswith(n + "_") for k in covered)
                for n in (entry.name, *entry.methods))
 
 
 def test_every_differentiable_op_has_a_gradcheck_row():
     assert all(callable(t) and t.__name__.startswith("test_")
-               for t in test_gradcheck_ops.TESTS_OF.values())
+               for m in _gradcheck_modules() for t in m.TESTS_OF.values())
     missing = [e.name for e in ENTRIES if e.classes and not _has_gradcheck_row(e)]
     assert not missing, (
         f"differentiable ops without a gradcheck row in tests/test_gradcheck_ops.py: {missing}")

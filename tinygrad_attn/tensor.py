@@ -314,8 +314,6 @@ class Tensor:
     def le(self, other): return _ops.compare(self, other, "le")
     def gt(self, other): return _ops.compare(self, other, "gt")
     def ge(self, other): return _ops.compare(self, other, "ge")
-    def any(self): return _ops.any_all(self, "any")
-    def all(self): return _ops.any_all(self, "all")
     def where(self, condition, other): return _ops.where(condition, self, other)
 
     def view(self, *shape): return _ops.view(self, _shape_arg(shape))

@@ -504,12 +504,6 @@ def bitwise_not(a: Tensor) -> Tensor:
     return _wrap(xp.logical_not(A) if A.dtype == bool else xp.invert(A))
 
 
-@op(method=("any", "all"))
-def any_all(a: Tensor, how: str) -> Tensor:
-    xp = backend.xp_for(a.device)
-    return _wrap(xp.asarray(getattr(xp, how)(a._array())))
-
-
 # ----------------------------------------------------------------------------- entry points
 
 @op(Add, method=True)
