@@ -13,6 +13,8 @@ from . import (  # noqa: F401
     nn,
     reduce,
     scan,
+    scatter,
+    shaping,
     sorting,
     stats,
 )
