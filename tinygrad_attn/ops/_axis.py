@@ -63,7 +63,7 @@ def check_index(op: str, x: Tensor, index: Tensor, d: int, src: Tensor | None = 
     """torch's rules for scatter/gather-like index tensors: integer dtype (int64), as many
     dims as the input, no larger than src (and, off `d`, than the input)."""
     if index.dtype.is_floating_point or index.dtype.name == "bool":
-        raise TypeError(f"{op}: index must be an integer (int64) tensor, got {index.dtype.name}")
+        raise RuntimeError(f"{op}: expected an int64 index tensor, got {index.dtype.name}")
     if index.ndim != x.ndim and not (index.ndim <= 1 and x.ndim <= 1):
         raise ShapeError(f"{op}: index of shape {tuple(index.shape)} must have as many dims as "
                          f"the input of shape {tuple(x.shape)}")

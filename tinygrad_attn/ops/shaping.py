@@ -198,9 +198,6 @@ class Diagonal(Function):
 
     @staticmethod
     def forward(ctx, x, offset, dim1, dim2):
-        if x.ndim < 2:
-            raise RuntimeError(f"diagonal: expected a tensor of at least 2 dims, got shape "
-                               f"{tuple(x.shape)}")
         d1, d2 = dim_of(x, dim1, "diagonal"), dim_of(x, dim2, "diagonal")
         if d1 == d2:
             raise RuntimeError(f"diagonal: dim1 and dim2 can not be the same dim ({d1})")
