@@ -61,6 +61,11 @@ ROWS = {
     "pad_reflect": lambda x: F.pad(x.unsqueeze(0), (2, 1, 1, 2), mode="reflect"),
     "pad_replicate": lambda x: F.pad(x, (3, 1), mode="replicate"),
     "pad_circular": lambda x: F.pad(x.unsqueeze(0), (1, 2, 2, 0), mode="circular"),
+    "einsum_matmul": lambda x: ta.einsum("ij,kj->ik", x, x * 2),
+    "einsum_batched": lambda x: ta.einsum("bij,bkj->bik", x.view(3, 2, 2), x.view(3, 2, 2)),
+    "einsum_trace_sum": lambda x: ta.einsum("ii", x[:, :3]) + ta.einsum("ij->", x),
+    "einsum_outer_ellipsis": lambda x: ta.einsum("...i,j->...ij", x, x[0]),
+    "einsum_three": lambda x: ta.einsum("ij,jk,kl->il", x, x.T, x),
 }
 
 

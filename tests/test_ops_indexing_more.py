@@ -194,6 +194,25 @@ ROWS = {
         Case(lambda lib, x: _fn(lib).pad(x.unsqueeze(0), (4, 0), mode="reflect"), (X,),
              raises=RuntimeError),
     ],
+    "einsum": [
+        Case(lambda lib, a, b: lib.einsum("bhqd,bhkd->bhqk", a, b),
+             (randn(2, 3, 4, 5), randn(2, 3, 6, 5, seed=1))),
+        Case(lambda lib, a, b: lib.einsum("ij,jk", a, b), (X, randn(4, 2, seed=1)), "transposed"),
+        Case(lambda lib, a: lib.einsum("ii->i", a), (randn(3, 3),), "sliced"),
+        Case(lambda lib, a: lib.einsum("ii", a), (randn(3, 3),)),
+        Case(lambda lib, a: lib.einsum("ij->", a), (X,)),
+        Case(lambda lib, a, b: lib.einsum("i,j->ij", a, b), (randn(3), randn(4, seed=1))),
+        Case(lambda lib, a, b: lib.einsum("...ij,...jk->...ik", a, b),
+             (randn(2, 3, 4), randn(4, 5, seed=1))),
+        Case(lambda lib, a, b, c: lib.einsum("bij,bjk,bkl->bil", a, b, c),
+             (randn(2, 3, 4), randn(2, 4, 5, seed=1), randn(2, 5, 3, seed=2))),
+        Case(lambda lib, a, b: lib.einsum("ij,kj->ik", a, b), (randn(1, 4), X)),
+        Case(lambda lib, a, b: lib.einsum("iij,jk->ik", a, b), (randn(3, 3, 2), randn(2, 4))),
+        Case(lambda lib, a, b: lib.einsum("i,i", a, b), (randn(3).astype(F32),
+                                                         randn(3, seed=1).astype(F32))),
+        Case(lambda lib, a: lib.einsum("i->", a), (np.zeros(0),)),
+        Case(lambda lib, a, b: lib.einsum("ij,jk", a, b), (X, randn(3, 2)), raises=RuntimeError),
+    ],
 }
 
 PARAMS, IDS = case_ids(ROWS)
@@ -269,6 +288,22 @@ def test_diagonal_backward_is_one_input_sized_buffer():
     expected = np.zeros((4, 5), dtype=np.float32)
     expected[[0, 1, 2, 3], [1, 2, 3, 4]] = 1
     np.testing.assert_array_equal(x.grad.numpy(), expected)
+
+
+def test_einsum_attention_scores_are_one_matmul_and_no_copy():
+    q, k = ta.randn(2, 3, 4, 5), ta.randn(2, 3, 6, 5)
+    with _count_allocs() as allocs:
+        scores = ta.einsum("bhqd,bhkd->bhqk", q, k)
+    assert scores.shape == (2, 3, 4, 6)
+    assert len(allocs) == 1 and allocs[0].nbytes == scores.nbytes  # the matmul's output
+
+
+def test_einsum_reshape_that_must_copy_is_recorded():
+    a = ta.randn(4, 3).transpose(0, 1)  # (3, 4), column-major
+    b = ta.randn(3, 4, 5)
+    with _count_allocs() as allocs:
+        ta.einsum("ij,ijk->k", a, b)
+    assert [s.copy_reason for s in allocs if s.copy_reason] == ["reshape-copy"]
 
 
 def test_flip_copies_as_torch_does():

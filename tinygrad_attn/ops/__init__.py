@@ -6,14 +6,15 @@ function is exported here (ta.ops.exp, ...), and Tensor's methods are those func
 
 from . import (  # noqa: F401
     attention,
+    contraction,
     elementwise,
+    index_write,
     indexing,
     inplace,
     movement,
     nn,
     reduce,
     scan,
-    scatter,
     shaping,
     sorting,
     stats,

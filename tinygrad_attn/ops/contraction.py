@@ -1,0 +1,134 @@
+"""einsum, mapped onto views and one batched matmul per pair of operands."""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ._util import Tensor
+from .movement import Expand, Permute, ReshapeCopy, View, expand, permute, reshape
+from .reduce import Matmul, Sum, matmul
+from .reduce import sum as sum_dims
+from .registry import op
+from .shaping import Diagonal, diagonal
+
+
+def _parse(equation: str, operands) -> tuple[list[str], str]:
+    """Input subscripts (ellipsis spelled out as fresh capital letters) and the output."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: equation {equation!r} names {len(terms)} operands, got "
+                         f"{len(operands)}")
+    n_ell = 0
+    for term, t in zip(terms, operands):
+        if "..." in term:
+            n_ell = max(n_ell, t.ndim - (len(term) - 3))
+    ell = "".join(chr(ord("Z") - i) for i in range(n_ell))[::-1]
+    used = set(eq)
+    if set(ell) & used:
+        raise ValueError(f"einsum: equation {equation!r} uses capital letters near 'Z' and "
+                         "an ellipsis; rename them")
+    subs = []
+    for term, t in zip(terms, operands):
+        if "..." in term:
+            k = t.ndim - (len(term) - 3)
+            term = term.replace("...", ell[n_ell - k:] if k else "")
+        if len(term) != t.ndim or not term.isalpha():
+            raise ValueError(f"einsum: subscripts {term!r} do not match an operand of shape "
+                             f"{tuple(t.shape)}")
+        subs.append(term)
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        counts = {c: "".join(subs).count(c) for c in set("".join(subs))}
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    if len(set(out)) != len(out) or not set(out) <= set("".join(subs)):
+        raise ValueError(f"einsum: output subscripts {out!r} must be distinct input letters")
+    return subs, out
+
+
+def _single(t: Tensor, sub: str, keep: str) -> tuple[Tensor, str]:
+    """t with repeated letters reduced to their diagonal (a view) and the letters not in
+    `keep` summed out."""
+    while len(set(sub)) != len(sub):
+        c = next(c for c in sub if sub.count(c) > 1)
+        i = sub.index(c)
+        j = sub.index(c, i + 1)
+        t = diagonal(t, 0, i, j)
+        sub = "".join(s for k, s in enumerate(sub) if k not in (i, j)) + c
+    drop = tuple(k for k, c in enumerate(sub) if c not in keep)
+    if drop:
+        t = sum_dims(t, drop)
+        sub = "".join(c for c in sub if c in keep)
+    return t, sub
+
+
+def _sizes(operands, subs) -> dict:
+    """Each letter's size; a size of 1 broadcasts against the other operands'."""
+    sizes = {}
+    for t, sub in zip(operands, subs):
+        for c, n in zip(sub, t.shape):
+            prev = sizes.get(c)
+            if prev is None or prev == 1:
+                sizes[c] = n
+            elif n not in (1, prev):
+                raise ShapeError(f"einsum: letter {c!r} has sizes {prev} and {n} (shapes "
+                                 f"{[tuple(o.shape) for o in operands]})")
+    return sizes
+
+
+def _pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: str, sizes: dict):
+    """Contract two operands with one batched matmul; returns (result, its letters)."""
+    a, sa = _single(a, sa, keep + sb)
+    b, sb = _single(b, sb, keep + sa)
+    batch = [c for c in sa if c in sb and c in keep]
+    contract = [c for c in sa if c in sb and c not in keep]
+    left = [c for c in sa if c not in sb]
+    right = [c for c in sb if c not in sa]
+
+    def arrange(t, sub, order, groups):
+        t = permute(t, tuple(sub.index(c) for c in order)) if sub != "".join(order) else t
+        full = tuple(sizes[c] for c in order)
+        if tuple(t.shape) != full:  # a size-1 letter broadcast against the other operand
+            t = expand(t, full)
+        shape, k = [], 0
+        for n in groups:
+            size = 1
+            for c in order[k:k + n]:
+                size *= sizes[c]
+            shape.append(size)
+            k += n
+        return reshape(t, tuple(shape))
+
+    A = arrange(a, sa, batch + left + contract, (len(batch), len(left), len(contract)))
+    B = arrange(b, sb, batch + contract + right, (len(batch), len(contract), len(right)))
+    out = matmul(A, B)  # (batch, left, right)
+    letters = batch + left + right
+    return reshape(out, tuple(sizes[c] for c in letters)), "".join(letters)
+
+
+@op(Permute, View, ReshapeCopy, Expand, Diagonal, Sum, Matmul, ta=True)
+def einsum(equation: str, *operands) -> Tensor:
+    """torch.einsum. Each pair of operands becomes one batched matmul: both are permuted
+    (a view) to (batch, free, contracted) and reshaped to 3-D, repeated letters become a
+    diagonal view and letters used by one operand only are summed first.
+
+    Copies: the reshape to 3-D is a view when the permuted operand's strides allow it and
+    otherwise a recorded 'reshape-copy' (the same path as Tensor.reshape); a letter of
+    size 1 broadcast against the other operand is expanded (a view) and then copied by
+    that reshape. The matmul output is new; the final permute is a view.
+    """
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not operands:
+        raise ValueError("einsum: expected at least one operand")
+    subs, out = _parse(equation, operands)
+    sizes = _sizes(operands, subs)
+    t, sub = operands[0], subs[0]
+    for k in range(1, len(operands)):
+        later = "".join(subs[k + 1:])
+        t, sub = _pair(t, sub, operands[k], subs[k], out + later, sizes)
+    t, sub = _single(t, sub, out)
+    if sub != out:
+        t = permute(t, tuple(sub.index(c) for c in out))
+    return t
