@@ -22,6 +22,22 @@ import tinygrad_attn as ta
 SHAPE_ERROR = {RuntimeError: (RuntimeError, ta.ShapeError)}
 LAYOUTS = ("contiguous", "transposed", "sliced")
 
+# Deliberate differences of the ops these tables cover, for the repository's one list:
+DIFFERENCES = {
+    "errors": "shape mismatches raise ShapeError (a ValueError) where torch raises "
+              "RuntimeError",
+    "take_along_dim": "indices out of range raise RuntimeError; torch's CPU kernel reads "
+                      "past the end unchecked",
+    "sort/argsort/topk": "always stable, and topk(sorted=False) returns sorted values "
+                         "(both valid under torch's contract)",
+    "scatter": "reduce= (the deprecated form) is not supported: use scatter_reduce",
+    "scatter_reduce": "the gradient of src is for src's leading index-shaped block, as "
+                      "torch's forward reads it (torch's backward requires src.shape == "
+                      "index.shape)",
+    "vector_norm": "ord=0 gives a zero gradient where torch gives none",
+    "norm": "matrix norms (p='nuc', ...) are not implemented; 'fro' is the 2-norm",
+}
+
 
 @dataclass
 class Case:
