@@ -150,17 +150,23 @@ class RepeatInterleave(Function):
         reps_t = from_array(reps.astype(xp.int64))
         ctx.d, ctx.shape1, ctx.x_shape = d, X.shape, x.shape
         ctx.save_for_backward(reps_t)
-        return from_array(xp.repeat(X, reps, axis=d))
+        return from_array(xp.repeat(X, _counts(reps), axis=d))
 
     @staticmethod
     def backward(ctx, g):
         (reps,) = ctx.saved_tensors
         xp = backend.xp_for(g.device)
         R = reps._array()
-        owner = xp.repeat(xp.arange(R.size, dtype=xp.int64), R)
+        owner = xp.repeat(xp.arange(R.size, dtype=xp.int64), _counts(R))
         out = zeros_array(ctx.shape1, g.dtype, g.device)
         backend.index_add(out, ctx.d, owner, g._array())
         return from_array(out.reshape(ctx.x_shape)), None, None
+
+
+def _counts(reps) -> list:
+    """Repeat counts as a host list: CuPy's repeat takes an int or a list, not an array
+    (the output's size depends on them, so they are read on the host anyway)."""
+    return backend.to_host(reps).tolist()
 
 
 @op(RepeatInterleave, method=True, ta=True)
@@ -171,7 +177,7 @@ def repeat_interleave(x, repeats=None, dim=None, *, output_size=None):
         counts = x
         xp = backend.xp_for(counts.device)
         C = counts._array().reshape(-1)
-        return from_array(xp.repeat(xp.arange(C.size, dtype=xp.int64), C))
+        return from_array(xp.repeat(xp.arange(C.size, dtype=xp.int64), _counts(C)))
     return RepeatInterleave.apply(x, repeats, dim)
 
 

@@ -12,7 +12,6 @@ import math
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
-from ..errors import ShapeError
 from ._util import Tensor, from_array
 from .elementwise import Sqrt, sqrt
 from .reduce import Mean, Var, _axes, _keep_shape, mean, var
@@ -246,8 +245,4 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
         dim = (dim,)
     if dtype is not None:
         x = x.to(dtype)
-    if not isinstance(x, Tensor):
-        raise TypeError(f"norm: expected a Tensor, got {type(x).__name__}")
-    if dim is not None and len(dim) > 2:
-        raise ShapeError(f"norm: at most 2 dims, got {dim} for shape {tuple(x.shape)}")
     return VectorNorm.apply(x, p, dim, keepdim)
