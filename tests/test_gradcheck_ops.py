@@ -37,6 +37,10 @@ def _leaf(shape, domain):
     elif domain == "clamp":  # away from the bounds +-0.5 used below
         near = np.abs(np.abs(a) - 0.5) < 0.1
         a[near] *= 1.5
+    elif domain == "unit":  # inside (-0.9, 0.9): asin, acos, atanh, erfinv
+        a[...] = np.tanh(a) * 0.9
+    elif domain == "above1":  # acosh
+        a[...] = np.abs(a) + 1.5
     else:
         assert domain == "real", domain
     return _on_device(t).requires_grad_()
@@ -122,6 +126,41 @@ UNARY = {
     "pow_method": (lambda x: x.pow(0.5), "positive"),
     "rpow_scalar": (lambda x: 2.0 ** x, "real"),
     "rpow_e": (lambda x: 0.7 ** x, "real"),
+    # ops/math.py
+    "sin": (lambda x: x.sin(), "real"),
+    "cos": (lambda x: ta.cos(x), "real"),
+    "tan": (lambda x: x.tan(), "unit"),
+    "asin": (lambda x: x.asin(), "unit"),
+    "acos": (lambda x: ta.acos(x), "unit"),
+    "atan": (lambda x: x.atan(), "real"),
+    "sinh": (lambda x: x.sinh(), "real"),
+    "cosh": (lambda x: ta.cosh(x), "real"),
+    "asinh": (lambda x: x.asinh(), "real"),
+    "acosh": (lambda x: x.acosh(), "above1"),
+    "atanh": (lambda x: ta.atanh(x), "unit"),
+    "erf": (lambda x: x.erf(), "real"),
+    "erfc": (lambda x: ta.erfc(x * 2), "real"),
+    "erfinv": (lambda x: x.erfinv(), "unit"),
+    "log2": (lambda x: x.log2(), "positive"),
+    "log10": (lambda x: ta.log10(x), "positive"),
+    "log1p": (lambda x: x.log1p(), "positive"),
+    "exp2": (lambda x: x.exp2(), "real"),
+    "expm1": (lambda x: ta.expm1(x), "real"),
+    "reciprocal": (lambda x: x.reciprocal(), "nonzero"),
+    "square": (lambda x: x.square(), "real"),
+    "frac": (lambda x: (x * 3).frac(), "real"),
+    "floor": (lambda x: (x * 3).floor() + x, "real"),  # + x: a nonzero gradient to check
+    "ceil": (lambda x: ta.ceil(x * 3) * x, "real"),
+    "trunc": (lambda x: (x * 3).trunc() * x, "real"),
+    "round": (lambda x: (x * 3).round() * x, "real"),
+    "round_decimals": (lambda x: x.round(decimals=1) * x, "real"),
+    "sign": (lambda x: x.sign() * x, "nonzero"),
+    "sgn": (lambda x: ta.sgn(x) * x, "nonzero"),
+    "nan_to_num": (lambda x: x.log().nan_to_num(nan=0.5) * x, "nonzero"),  # log(<0): nan
+    "atan2_scalar": (lambda x: ta.atan2(x, 0.7), "real"),
+    "copysign_scalar": (lambda x: x.copysign(-1.0), "nonzero"),
+    "fmod_scalar": (lambda x: ta.fmod(x * 3, 1.3), "real"),
+    "lerp_scalar": (lambda x: ta.lerp(x, x.exp(), 0.3), "real"),
 }
 ELEM_VIEWS = ["contiguous", "transposed", "sliced", "expand:1x4", "expand:3x1"]
 
@@ -154,6 +193,14 @@ BINARY = {
     "minimum": (lambda a, b: a.minimum(b), "real", "real"),
     "maximum_method": (lambda a, b: a.maximum(b), "real", "real"),
     "minimum_functional": (lambda a, b: ta.functional.minimum(a, b), "real", "real"),
+    # ops/math.py
+    "atan2": (lambda a, b: ta.atan2(a, b), "real", "nonzero"),
+    "hypot": (lambda a, b: a.hypot(b), "nonzero", "nonzero"),
+    "copysign": (lambda a, b: ta.copysign(a, b), "nonzero", "nonzero"),
+    "fmod": (lambda a, b: a.fmod(b), "real", "nonzero"),
+    "logaddexp": (lambda a, b: ta.logaddexp(a, b), "real", "real"),
+    "lerp": (lambda a, b: ta.lerp(a, b, b * 0.5), "real", "real"),
+    "clamp_tensor": (lambda a, b: a.clamp(min=b - 0.5, max=b + 0.5), "real", "real"),
 }
 BINARY_LAYOUTS = {
     "contiguous": (((3, 4), "contiguous"), ((3, 4), "contiguous")),

@@ -4,7 +4,7 @@ Each op module registers its public functions with `@op` (registry.py); every re
 function is exported here (ta.ops.exp, ...), and Tensor's methods are those functions.
 """
 
-from . import attention, elementwise, indexing, inplace, movement, nn, reduce  # noqa: F401
+from . import attention, elementwise, indexing, inplace, math, movement, nn, reduce  # noqa: F401
 from .registry import REGISTRY, names, op  # noqa: F401
 
 globals().update(names("ops"))
