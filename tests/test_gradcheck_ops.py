@@ -161,6 +161,23 @@ UNARY = {
     "copysign_scalar": (lambda x: x.copysign(-1.0), "nonzero"),
     "fmod_scalar": (lambda x: ta.fmod(x * 3, 1.3), "real"),
     "lerp_scalar": (lambda x: ta.lerp(x, x.exp(), 0.3), "real"),
+    # ops/activations.py
+    "leaky_relu": (lambda x: ta.functional.leaky_relu(x, 0.2), "nonzero"),
+    "leaky_relu_negative": (lambda x: ta.functional.leaky_relu(x, -0.3), "nonzero"),
+    "elu": (lambda x: ta.functional.elu(x, alpha=0.7), "nonzero"),
+    "elu_negative_alpha": (lambda x: ta.functional.elu(x, alpha=-0.5), "nonzero"),
+    "selu": (lambda x: ta.selu(x), "nonzero"),
+    "celu": (lambda x: ta.functional.celu(x, alpha=0.5), "nonzero"),
+    "softplus": (lambda x: ta.functional.softplus(x * 3, beta=2.0, threshold=4.0), "clamp"),
+    "softsign": (lambda x: ta.functional.softsign(x), "nonzero"),
+    "mish": (lambda x: ta.functional.mish(x * 2), "real"),
+    "hardswish": (lambda x: ta.functional.hardswish(x * 2), "clamp"),
+    "hardsigmoid": (lambda x: ta.functional.hardsigmoid(x * 4), "clamp"),
+    "hardtanh": (lambda x: ta.functional.hardtanh(x * 2), "clamp"),
+    "relu6": (lambda x: ta.functional.relu6(x * 8), "clamp"),
+    "logsigmoid": (lambda x: ta.functional.logsigmoid(x * 3), "real"),
+    "softmin": (lambda x: ta.functional.softmin(x, dim=1), "real"),
+    "glu": (lambda x: ta.functional.glu(x, dim=1), "real"),
 }
 ELEM_VIEWS = ["contiguous", "transposed", "sliced", "expand:1x4", "expand:3x1"]
 

@@ -5,6 +5,7 @@ function is exported here (ta.ops.exp, ...), and Tensor's methods are those func
 """
 
 from . import attention, elementwise, indexing, inplace, math, movement, nn, reduce  # noqa: F401
+from . import activations  # noqa: F401,I001 - after the modules it builds on
 from .registry import REGISTRY, names, op  # noqa: F401
 
 globals().update(names("ops"))

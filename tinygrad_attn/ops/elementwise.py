@@ -334,7 +334,7 @@ class Tanh(Function):
 def _sigmoid_array(xp, X):
     """1 / (1 + exp(-x)) in X's dtype, as (1 or e) / (1 + e) with e = exp(-|x|), which
     never overflows: two input-sized arrays (e and the result) and the sign mask."""
-    e = xp.abs(X)
+    e = xp.abs(X, out=xp.empty_like(X))  # out=: a 0-d X gives a 0-d array, not a scalar
     xp.negative(e, out=e)
     xp.exp(e, out=e)
     y = xp.where(X >= 0, 1.0, e)  # the numerator
