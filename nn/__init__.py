@@ -6,8 +6,25 @@ private, so whatever the engine makes efficient here, it makes efficient for use
 
 from . import functional
 from .activations import (
-    CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax,
-    Mish, ReLU6, Sigmoid, SiLU, Softmax, Softmin, Softplus, Softsign, Tanh,
+    CELU,
+    ELU,
+    GLU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSigmoid,
+    LogSoftmax,
+    Mish,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softmin,
+    Softplus,
+    Softsign,
+    Tanh,
 )
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
 from .layers import GELU, Dropout, Embedding, LayerNorm, Linear, ReLU

@@ -4,8 +4,7 @@ Each op module registers its public functions with `@op` (registry.py); every re
 function is exported here (ta.ops.exp, ...), and Tensor's methods are those functions.
 """
 
-from . import attention, elementwise, indexing, inplace, math, movement, nn, reduce  # noqa: F401
-from . import activations  # noqa: F401,I001 - after the modules it builds on
+from . import activations, attention, elementwise, indexing, inplace, math, movement, nn, reduce  # noqa: F401  # noqa: F401
 from .registry import REGISTRY, names, op  # noqa: F401
 
 globals().update(names("ops"))
