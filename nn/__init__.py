@@ -28,6 +28,17 @@ from .activations import (
 )
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
 from .layers import GELU, Dropout, Embedding, LayerNorm, Linear, ReLU
+from .losses import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
 
 __all__ = [
@@ -36,7 +47,8 @@ __all__ = [
     "GPTConfig", "GPT", "CausalSelfAttention", "MLP", "Block", "functional",
     "LeakyReLU", "ELU", "SELU", "CELU", "Softplus", "Softsign", "Mish", "Hardswish",
     "Hardsigmoid", "Hardtanh", "ReLU6", "LogSigmoid", "Softmin", "GLU", "Sigmoid", "Tanh",
-    "SiLU", "Softmax", "LogSoftmax",
+    "SiLU", "Softmax", "LogSoftmax", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
+    "KLDivLoss", "BCELoss", "BCEWithLogitsLoss", "NLLLoss", "CrossEntropyLoss",
 ]
 
 from . import data, optim, utils  # noqa: E402

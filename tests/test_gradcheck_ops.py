@@ -218,6 +218,20 @@ BINARY = {
     "logaddexp": (lambda a, b: ta.logaddexp(a, b), "real", "real"),
     "lerp": (lambda a, b: ta.lerp(a, b, b * 0.5), "real", "real"),
     "clamp_tensor": (lambda a, b: a.clamp(min=b - 0.5, max=b + 0.5), "real", "real"),
+    # ops/losses.py (input, target; broadcast layouts warn as torch does, and still hold)
+    "mse_loss": (lambda a, b: ta.functional.mse_loss(a, b), "real", "real"),
+    "l1_loss": (lambda a, b: ta.functional.l1_loss(a, b * 3, reduction="sum"), "real", "real"),
+    "smooth_l1_loss": (lambda a, b: ta.functional.smooth_l1_loss(a, b, beta=0.5), "real",
+                       "real"),
+    "huber_loss": (lambda a, b: ta.functional.huber_loss(a, b, "none", delta=0.8), "real",
+                   "real"),
+    "kl_div": (lambda a, b: ta.functional.kl_div(a, b, "batchmean"), "real", "positive"),
+    "kl_div_log_target": (lambda a, b: ta.functional.kl_div(a, b, log_target=True), "real",
+                          "real"),
+    "binary_cross_entropy_with_logits": (
+        lambda a, b: ta.functional.binary_cross_entropy_with_logits(
+            a + 0 * b, (b + 0 * a).sigmoid(), pos_weight=ta.tensor(1.7, device=a.device)),
+        "real", "real"),
 }
 BINARY_LAYOUTS = {
     "contiguous": (((3, 4), "contiguous"), ((3, 4), "contiguous")),
@@ -834,6 +848,28 @@ def test_cross_entropy_matches_torch_and_rejects_bad_input():
         ce(logits, ta.zeros(7))
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses_with_classes_and_weights(reduction):
+    F = ta.functional
+    target = ta.tensor([0, 4, 1, -100, 2, 2])
+    weight = ta.tensor([1.0, 2.0, 0.5, 3.0, 1.5], dtype=F64)
+    probs = ta.rand(6, 5, dtype=F64)
+    check(lambda z: F.nll_loss(z, target, weight, reduction=reduction), [((6, 5), "sliced",
+                                                                            "real")])
+    check(lambda z: F.cross_entropy(z, target, weight, reduction=reduction,
+                                    label_smoothing=0.2), [((6, 5), "transposed", "real")])
+    check(lambda z: F.cross_entropy(z, probs, reduction=reduction), [_c((6, 5))])
+    check(lambda z: F.cross_entropy(z.view(2, 3, 5).transpose(1, 2),
+                                    target.view(2, 3).clamp(min=0), reduction=reduction),
+          [_c((6, 5))])
+    x, _ = make((3, 4), "transposed")
+    t = ta.rand(3, 4, dtype=F64).requires_grad_()
+    w = ta.rand(4, dtype=F64) + 0.5
+    bce = F.binary_cross_entropy
+    assert ta.gradcheck(lambda x, t: bce(x.sigmoid() * 0.9 + 0.05, t, w, reduction=reduction),
+                        [x, t])
+
+
 def test_layer_norm_gradcheck_over_two_normalized_dims_noncontiguous():
     x = ta.randn(3, 5, 4, dtype=F64, requires_grad=True)
     w = ta.randn(4, 5, dtype=F64, requires_grad=True)
@@ -937,6 +973,8 @@ TESTS_OF = {
     "layer_norm": test_layer_norm_gradcheck_over_two_normalized_dims_noncontiguous,
     "scaled_dot_product_attention": test_scaled_dot_product_attention,
     "checkpoint": test_checkpoint,
+    "nll_loss": test_losses_with_classes_and_weights,
+    "binary_cross_entropy": test_losses_with_classes_and_weights,
 }
 TABLES = (UNARY, BINARY, VIEW_OPS, EXPAND_OPS, SQUEEZE_OPS, COPY_OPS, INPLACE)
 COVERED = {key for table in TABLES for key in table} | set(TESTS_OF)

@@ -4,7 +4,18 @@ Each op module registers its public functions with `@op` (registry.py); every re
 function is exported here (ta.ops.exp, ...), and Tensor's methods are those functions.
 """
 
-from . import activations, attention, elementwise, indexing, inplace, math, movement, nn, reduce  # noqa: F401  # noqa: F401
+from . import (  # noqa: F401
+    activations,
+    attention,
+    elementwise,
+    indexing,
+    inplace,
+    losses,
+    math,
+    movement,
+    nn,
+    reduce,
+)
 from .registry import REGISTRY, names, op  # noqa: F401
 
 globals().update(names("ops"))
