@@ -443,8 +443,9 @@ def cross_entropy_composed(x, target, weight=None, ignore_index=-100, reduction=
         w_view = weight.view((C,) + (1,) * (x.ndim - class_dim - 1))
     if target.dtype.is_floating_point:  # class probabilities
         if target.shape != x.shape:
-            raise ShapeError(f"{name}: probability target of shape {tuple(target.shape)} must "
-                             f"have the input's shape {tuple(x.shape)}")
+            raise TypeError(f"{name}: target must be integer (class indices) or have the "
+                            f"input's shape {tuple(x.shape)} (probabilities), got "
+                            f"{target.dtype.name} of shape {tuple(target.shape)}")
         if label_smoothing > 0:
             target = target * (1 - label_smoothing) + label_smoothing / C
         prod = logp * (target if w_view is None else target * w_view)
