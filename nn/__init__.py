@@ -5,14 +5,50 @@ private, so whatever the engine makes efficient here, it makes efficient for use
 """
 
 from . import functional
+from .activations import (
+    CELU,
+    ELU,
+    GLU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSigmoid,
+    LogSoftmax,
+    Mish,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softmin,
+    Softplus,
+    Softsign,
+    Tanh,
+)
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
 from .layers import GELU, Dropout, Embedding, LayerNorm, Linear, ReLU
+from .losses import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
 
 __all__ = [
     "Module", "Parameter", "Sequential", "ModuleList", "ModuleDict",
     "Linear", "LayerNorm", "Embedding", "Dropout", "GELU", "ReLU",
     "GPTConfig", "GPT", "CausalSelfAttention", "MLP", "Block", "functional",
+    "LeakyReLU", "ELU", "SELU", "CELU", "Softplus", "Softsign", "Mish", "Hardswish",
+    "Hardsigmoid", "Hardtanh", "ReLU6", "LogSigmoid", "Softmin", "GLU", "Sigmoid", "Tanh",
+    "SiLU", "Softmax", "LogSoftmax", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
+    "KLDivLoss", "BCELoss", "BCEWithLogitsLoss", "NLLLoss", "CrossEntropyLoss",
 ]
 
 from . import data, optim, utils  # noqa: E402

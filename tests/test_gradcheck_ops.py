@@ -37,6 +37,10 @@ def _leaf(shape, domain):
     elif domain == "clamp":  # away from the bounds +-0.5 used below
         near = np.abs(np.abs(a) - 0.5) < 0.1
         a[near] *= 1.5
+    elif domain == "unit":  # inside (-0.9, 0.9): asin, acos, atanh, erfinv
+        a[...] = np.tanh(a) * 0.9
+    elif domain == "above1":  # acosh
+        a[...] = np.abs(a) + 1.5
     else:
         assert domain == "real", domain
     return _on_device(t).requires_grad_()
@@ -122,6 +126,58 @@ UNARY = {
     "pow_method": (lambda x: x.pow(0.5), "positive"),
     "rpow_scalar": (lambda x: 2.0 ** x, "real"),
     "rpow_e": (lambda x: 0.7 ** x, "real"),
+    # ops/math.py
+    "sin": (lambda x: x.sin(), "real"),
+    "cos": (lambda x: ta.cos(x), "real"),
+    "tan": (lambda x: x.tan(), "unit"),
+    "asin": (lambda x: x.asin(), "unit"),
+    "acos": (lambda x: ta.acos(x), "unit"),
+    "atan": (lambda x: x.atan(), "real"),
+    "sinh": (lambda x: x.sinh(), "real"),
+    "cosh": (lambda x: ta.cosh(x), "real"),
+    "asinh": (lambda x: x.asinh(), "real"),
+    "acosh": (lambda x: x.acosh(), "above1"),
+    "atanh": (lambda x: ta.atanh(x), "unit"),
+    "erf": (lambda x: x.erf(), "real"),
+    "erfc": (lambda x: ta.erfc(x * 2), "real"),
+    "erfinv": (lambda x: x.erfinv(), "unit"),
+    "log2": (lambda x: x.log2(), "positive"),
+    "log10": (lambda x: ta.log10(x), "positive"),
+    "log1p": (lambda x: x.log1p(), "positive"),
+    "exp2": (lambda x: x.exp2(), "real"),
+    "expm1": (lambda x: ta.expm1(x), "real"),
+    "reciprocal": (lambda x: x.reciprocal(), "nonzero"),
+    "square": (lambda x: x.square(), "real"),
+    "frac": (lambda x: (x * 3).frac(), "real"),
+    "floor": (lambda x: (x * 3).floor() + x, "real"),  # + x: a nonzero gradient to check
+    "ceil": (lambda x: ta.ceil(x * 3) * x, "real"),
+    "trunc": (lambda x: (x * 3).trunc() * x, "real"),
+    "round": (lambda x: (x * 3).round() * x, "real"),
+    "round_decimals": (lambda x: x.round(decimals=1) * x, "real"),
+    "sign": (lambda x: x.sign() * x, "nonzero"),
+    "sgn": (lambda x: ta.sgn(x) * x, "nonzero"),
+    "nan_to_num": (lambda x: x.log().nan_to_num(nan=0.5) * x, "nonzero"),  # log(<0): nan
+    "atan2_scalar": (lambda x: ta.atan2(x, 0.7), "real"),
+    "copysign_scalar": (lambda x: x.copysign(-1.0), "nonzero"),
+    "fmod_scalar": (lambda x: ta.fmod(x * 3, 1.3), "real"),
+    "lerp_scalar": (lambda x: ta.lerp(x, x.exp(), 0.3), "real"),
+    # ops/activations.py
+    "leaky_relu": (lambda x: ta.functional.leaky_relu(x, 0.2), "nonzero"),
+    "leaky_relu_negative": (lambda x: ta.functional.leaky_relu(x, -0.3), "nonzero"),
+    "elu": (lambda x: ta.functional.elu(x, alpha=0.7), "nonzero"),
+    "elu_negative_alpha": (lambda x: ta.functional.elu(x, alpha=-0.5), "nonzero"),
+    "selu": (lambda x: ta.selu(x), "nonzero"),
+    "celu": (lambda x: ta.functional.celu(x, alpha=0.5), "nonzero"),
+    "softplus": (lambda x: ta.functional.softplus(x * 3, beta=2.0, threshold=4.0), "clamp"),
+    "softsign": (lambda x: ta.functional.softsign(x), "nonzero"),
+    "mish": (lambda x: ta.functional.mish(x * 2), "real"),
+    "hardswish": (lambda x: ta.functional.hardswish(x * 2), "clamp"),
+    "hardsigmoid": (lambda x: ta.functional.hardsigmoid(x * 4), "clamp"),
+    "hardtanh": (lambda x: ta.functional.hardtanh(x * 2), "clamp"),
+    "relu6": (lambda x: ta.functional.relu6(x * 8), "clamp"),
+    "logsigmoid": (lambda x: ta.functional.logsigmoid(x * 3), "real"),
+    "softmin": (lambda x: ta.functional.softmin(x, dim=1), "real"),
+    "glu": (lambda x: ta.functional.glu(x, dim=1), "real"),
 }
 ELEM_VIEWS = ["contiguous", "transposed", "sliced", "expand:1x4", "expand:3x1"]
 
@@ -154,6 +210,28 @@ BINARY = {
     "minimum": (lambda a, b: a.minimum(b), "real", "real"),
     "maximum_method": (lambda a, b: a.maximum(b), "real", "real"),
     "minimum_functional": (lambda a, b: ta.functional.minimum(a, b), "real", "real"),
+    # ops/math.py
+    "atan2": (lambda a, b: ta.atan2(a, b), "real", "nonzero"),
+    "hypot": (lambda a, b: a.hypot(b), "nonzero", "nonzero"),
+    "copysign": (lambda a, b: ta.copysign(a, b), "nonzero", "nonzero"),
+    "fmod": (lambda a, b: a.fmod(b), "real", "nonzero"),
+    "logaddexp": (lambda a, b: ta.logaddexp(a, b), "real", "real"),
+    "lerp": (lambda a, b: ta.lerp(a, b, b * 0.5), "real", "real"),
+    "clamp_tensor": (lambda a, b: a.clamp(min=b - 0.5, max=b + 0.5), "real", "real"),
+    # ops/losses.py (input, target; broadcast layouts warn as torch does, and still hold)
+    "mse_loss": (lambda a, b: ta.functional.mse_loss(a, b), "real", "real"),
+    "l1_loss": (lambda a, b: ta.functional.l1_loss(a, b * 3, reduction="sum"), "real", "real"),
+    "smooth_l1_loss": (lambda a, b: ta.functional.smooth_l1_loss(a, b, beta=0.5), "real",
+                       "real"),
+    "huber_loss": (lambda a, b: ta.functional.huber_loss(a, b, "none", delta=0.8), "real",
+                   "real"),
+    "kl_div": (lambda a, b: ta.functional.kl_div(a, b, "batchmean"), "real", "positive"),
+    "kl_div_log_target": (lambda a, b: ta.functional.kl_div(a, b, log_target=True), "real",
+                          "real"),
+    "binary_cross_entropy_with_logits": (
+        lambda a, b: ta.functional.binary_cross_entropy_with_logits(
+            a + 0 * b, (b + 0 * a).sigmoid(), pos_weight=ta.tensor(1.7, device=a.device)),
+        "real", "real"),
 }
 BINARY_LAYOUTS = {
     "contiguous": (((3, 4), "contiguous"), ((3, 4), "contiguous")),
@@ -770,6 +848,28 @@ def test_cross_entropy_matches_torch_and_rejects_bad_input():
         ce(logits, ta.zeros(7))
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses_with_classes_and_weights(reduction):
+    F = ta.functional
+    target = ta.tensor([0, 4, 1, -100, 2, 2])
+    weight = ta.tensor([1.0, 2.0, 0.5, 3.0, 1.5], dtype=F64)
+    probs = ta.rand(6, 5, dtype=F64)
+    check(lambda z: F.nll_loss(z, target, weight, reduction=reduction), [((6, 5), "sliced",
+                                                                            "real")])
+    check(lambda z: F.cross_entropy(z, target, weight, reduction=reduction,
+                                    label_smoothing=0.2), [((6, 5), "transposed", "real")])
+    check(lambda z: F.cross_entropy(z, probs, reduction=reduction), [_c((6, 5))])
+    check(lambda z: F.cross_entropy(z.view(2, 3, 5).transpose(1, 2),
+                                    target.view(2, 3).clamp(min=0), reduction=reduction),
+          [_c((6, 5))])
+    x, _ = make((3, 4), "transposed")
+    t = ta.rand(3, 4, dtype=F64).requires_grad_()
+    w = ta.rand(4, dtype=F64) + 0.5
+    bce = F.binary_cross_entropy
+    assert ta.gradcheck(lambda x, t: bce(x.sigmoid() * 0.9 + 0.05, t, w, reduction=reduction),
+                        [x, t])
+
+
 def test_layer_norm_gradcheck_over_two_normalized_dims_noncontiguous():
     x = ta.randn(3, 5, 4, dtype=F64, requires_grad=True)
     w = ta.randn(4, 5, dtype=F64, requires_grad=True)
@@ -873,6 +973,8 @@ TESTS_OF = {
     "layer_norm": test_layer_norm_gradcheck_over_two_normalized_dims_noncontiguous,
     "scaled_dot_product_attention": test_scaled_dot_product_attention,
     "checkpoint": test_checkpoint,
+    "nll_loss": test_losses_with_classes_and_weights,
+    "binary_cross_entropy": test_losses_with_classes_and_weights,
 }
 TABLES = (UNARY, BINARY, VIEW_OPS, EXPAND_OPS, SQUEEZE_OPS, COPY_OPS, INPLACE)
 COVERED = {key for table in TABLES for key in table} | set(TESTS_OF)

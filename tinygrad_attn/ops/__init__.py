@@ -5,12 +5,15 @@ function is exported here (ta.ops.exp, ...), and Tensor's methods are those func
 """
 
 from . import (  # noqa: F401
+    activations,
     attention,
     contraction,
     elementwise,
     index_write,
     indexing,
     inplace,
+    losses,
+    math,
     movement,
     nn,
     reduce,

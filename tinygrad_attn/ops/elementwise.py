@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .. import backend
+from .. import shape as shp
 from ..autograd import Function
 from ._util import Tensor, broadcast_shape, check_same_device, from_array, operand, unbroadcast
 from .registry import op
@@ -333,7 +334,7 @@ class Tanh(Function):
 def _sigmoid_array(xp, X):
     """1 / (1 + exp(-x)) in X's dtype, as (1 or e) / (1 + e) with e = exp(-|x|), which
     never overflows: two input-sized arrays (e and the result) and the sign mask."""
-    e = xp.abs(X)
+    e = xp.abs(X, out=xp.empty_like(X))  # out=: a 0-d X gives a 0-d array, not a scalar
     xp.negative(e, out=e)
     xp.exp(e, out=e)
     y = xp.where(X >= 0, 1.0, e)  # the numerator
@@ -478,6 +479,56 @@ class Clamp(Function):
         return _wrap(g._array() * inside)
 
 
+class ClampTensor(Function):
+    """y = min(max(x, lo), hi) with tensor bounds (broadcast);  gx = g where lo <= x <= hi,
+    g_lo = g where x < lo < hi, g_hi = g where x > hi or hi < lo (as torch).
+
+    Saves x and the tensor bounds: the comparisons are all backward needs.
+    """
+
+    @staticmethod
+    def forward(ctx, x, lo, hi):
+        device = check_same_device("clamp", x, lo, hi)
+        from .math import result_dtype  # the module above this one in the op layer's order
+
+        shp.broadcast_shapes(x.shape, _shape(lo), _shape(hi), op="clamp")
+        dtype = result_dtype(x, lo, hi)
+        xp = backend.xp_for(device)
+        X, LO, HI = (v._array().astype(dtype.np, copy=False) if type(v) is Tensor else v
+                     for v in (x, lo, hi))
+        ctx.scalars = tuple(None if type(v) is Tensor else v for v in (lo, hi))
+        ctx.shapes = (x.shape, _shape(lo), _shape(hi))
+        ctx.save_for_backward(x, *(v if type(v) is Tensor else None for v in (lo, hi)))
+        out = X
+        if lo is not None:
+            out = xp.maximum(out, LO)
+        if hi is not None:
+            out = xp.minimum(out, HI)
+        return _wrap(xp.asarray(out).astype(dtype.np, copy=False))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, lo, hi = ctx.saved_tensors
+        X, G = x._array(), g._array()
+        LO = ctx.scalars[0] if lo is None else lo._array()
+        HI = ctx.scalars[1] if hi is None else hi._array()
+        inside = True
+        if LO is not None:
+            inside = X >= LO
+        if HI is not None:
+            inside = (X <= HI) & inside
+        nx, nlo, nhi = ctx.needs_input_grad
+        gx = unbroadcast(_wrap(G * inside), ctx.shapes[0]) if nx else None
+        glo = ghi = None
+        if nlo:
+            below = X < LO if HI is None else (X < LO) & (LO < HI)
+            glo = unbroadcast(_wrap(G * below), ctx.shapes[1])
+        if nhi:
+            above = X > HI if LO is None else (X > HI) | (HI < LO)
+            ghi = unbroadcast(_wrap(G * above), ctx.shapes[2])
+        return gx, glo, ghi
+
+
 # ----------------------------------------------------------------------------- no grad
 _COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
             "gt": "greater", "ge": "greater_equal"}
@@ -563,5 +614,10 @@ def gelu(x, approximate="none"): return Gelu.apply(x, approximate=approximate)
 @op(Silu, functional=True)
 def silu(x): return Silu.apply(x)
 
-@op(Clamp, method=("clamp", "clip"), ta=True, functional=True)
-def clamp(x, min=None, max=None): return Clamp.apply(x, lo=min, hi=max)  # noqa: A002
+@op(Clamp, ClampTensor, method=("clamp", "clip"), ta=True, functional=True)
+def clamp(x, min=None, max=None):  # noqa: A002
+    if type(min) is Tensor or type(max) is Tensor:
+        if min is None and max is None:
+            raise ValueError("clamp: at least one of min and max must be given")
+        return ClampTensor.apply(x, min, max)
+    return Clamp.apply(x, lo=min, hi=max)

@@ -14,6 +14,7 @@ from ..creation import default_generator
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array
 from .indexing import IndexSelect
+from .losses import COMPOSED_CLASSES, cross_entropy_composed
 from .registry import op
 
 
@@ -169,9 +170,16 @@ class CrossEntropy(Function):
         return from_array(grad), None
 
 
-@op(CrossEntropy, functional=True)
-def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
-    return CrossEntropy.apply(logits, target, ignore_index=ignore_index, reduction=reduction)
+@op(CrossEntropy, *COMPOSED_CLASSES, functional=True)
+def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
+                  label_smoothing=0.0):
+    """The fused node for (N, C) logits and class-index targets; otherwise (weights, label
+    smoothing, probability targets, other ranks) log_softmax and nll_loss, as torch."""
+    if (weight is None and label_smoothing == 0.0 and type(target) is Tensor
+            and not target.dtype.is_floating_point and logits.ndim == 2):
+        return CrossEntropy.apply(logits, target, ignore_index=ignore_index, reduction=reduction)
+    return cross_entropy_composed(logits, target, weight, ignore_index, reduction,
+                                  label_smoothing)
 
 
 class Dropout(Function):

@@ -1,0 +1,475 @@
+"""Loss functions as torch.nn.functional names them, each with reduction 'none', 'mean'
+or 'sum'.
+
+The pointwise losses save their two inputs (tensors the caller holds anyway) rather than
+their difference, which would be a new input-sized buffer kept until backward. nll_loss
+saves only the target and the weight: its gradient is -weight[target] at the target
+positions, whatever the input's values were.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .. import backend
+from .. import shape as shp
+from ..autograd import Function
+from ..errors import ShapeError
+from ._util import Tensor, check_same_device, from_array, unbroadcast
+from .elementwise import Mul, _sigmoid_array
+from .math import _require_float
+from .reduce import LogSoftmax, Sum, log_softmax
+from .registry import op
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _check_reduction(name: str, reduction: str, extra: tuple = ()) -> None:
+    if reduction not in _REDUCTIONS + extra:
+        raise ValueError(f"{name}: {reduction!r} is not a valid value for reduction; "
+                         f"expected one of {list(_REDUCTIONS + extra)}")
+
+
+def _reduce(xp, L, reduction: str):
+    if reduction == "none":
+        return L
+    if reduction == "sum":
+        return xp.asarray(L.sum(dtype=L.dtype))
+    if L.size == 0:  # torch's mean of nothing is nan
+        return xp.asarray(float("nan"), dtype=L.dtype)
+    return xp.asarray(L.sum(dtype=L.dtype) / L.size)
+
+
+def _upstream(ctx, g):
+    """The incoming gradient spread back over the unreduced loss's elements."""
+    G = g._array()
+    return G / ctx.count if ctx.reduction == "mean" else G
+
+
+def _pair(name: str, x, t, broadcast: bool = True):
+    """Arrays of input and target after the checks torch makes, and their xp."""
+    device = check_same_device(name, x, t)
+    for label, v in (("input", x), ("target", t)):
+        if type(v) is not Tensor:
+            raise TypeError(f"{name}: {label} must be a Tensor, got {type(v).__name__}")
+    _require_float(name, x, t)
+    if x.shape != t.shape:
+        if not broadcast:
+            raise ValueError(f"{name}: target of shape {tuple(t.shape)} must have the input's "
+                             f"shape {tuple(x.shape)}")
+        shape = shp.broadcast_shapes(x.shape, t.shape, op=name)
+        warnings.warn(f"{name}: target of shape {tuple(t.shape)} differs from the input's "
+                      f"shape {tuple(x.shape)}; both are broadcast to {shape}, which is "
+                      "likely not what you meant", UserWarning, stacklevel=4)
+    return x._array(), t._array(), backend.xp_for(device)
+
+
+class _Pointwise(Function):
+    """Shared by the pointwise regression losses: loss(x - t) and its derivative d.
+
+    gx = g d(x - t), gt = -g d(x - t). Saves x and t.
+    """
+
+    name = "mse_loss"
+
+    @classmethod
+    def forward(cls, ctx, x, t, reduction="mean", param=1.0):
+        _check_reduction(cls.name, reduction)
+        X, T, xp = _pair(cls.name, x, t)
+        cls.check(param)
+        ctx.reduction, ctx.param = reduction, param
+        ctx.save_for_backward(x, t)
+        L = cls.loss(xp, X - T, param)
+        ctx.count = L.size
+        return from_array(_reduce(xp, L, reduction))
+
+    @classmethod
+    def backward(cls, ctx, g):
+        x, t = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        d = cls.derivative(xp, x._array() - t._array(), ctx.param) * _upstream(ctx, g)
+        nx, nt = ctx.needs_input_grad
+        return (unbroadcast(from_array(d), x.shape) if nx else None,
+                unbroadcast(from_array(-d), t.shape) if nt else None)
+
+    @staticmethod
+    def check(param):
+        pass
+
+
+class MseLoss(_Pointwise):
+    """loss = (x - t)^2;  gx = 2 (x - t) g, gt = -gx. Saves x and t."""
+
+    name = "mse_loss"
+
+    @staticmethod
+    def loss(xp, d, param):
+        return d * d
+
+    @staticmethod
+    def derivative(xp, d, param):
+        return 2 * d
+
+
+class L1Loss(_Pointwise):
+    """loss = |x - t|;  gx = sign(x - t) g, gt = -gx. Saves x and t."""
+
+    name = "l1_loss"
+
+    @staticmethod
+    def loss(xp, d, param):
+        return xp.abs(d)
+
+    @staticmethod
+    def derivative(xp, d, param):
+        return xp.sign(d)
+
+
+class SmoothL1Loss(_Pointwise):
+    """loss = 0.5 d^2 / beta where |d| < beta, else |d| - beta / 2 (d = x - t);
+    gx = g d / beta or g sign(d), gt = -gx. Saves x and t."""
+
+    name = "smooth_l1_loss"
+
+    @staticmethod
+    def check(beta):
+        if beta < 0:
+            raise RuntimeError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+
+    @staticmethod
+    def loss(xp, d, beta):
+        a = xp.abs(d)
+        if beta == 0:
+            return a
+        return xp.where(a < beta, 0.5 * d * d / beta, a - 0.5 * beta).astype(d.dtype, copy=False)
+
+    @staticmethod
+    def derivative(xp, d, beta):
+        if beta == 0:
+            return xp.sign(d)
+        return xp.where(xp.abs(d) < beta, d / beta, xp.sign(d)).astype(d.dtype, copy=False)
+
+
+class HuberLoss(_Pointwise):
+    """loss = 0.5 d^2 where |d| <= delta, else delta (|d| - delta / 2) (d = x - t);
+    gx = g d or g delta sign(d), gt = -gx. Saves x and t."""
+
+    name = "huber_loss"
+
+    @staticmethod
+    def check(delta):
+        if delta <= 0:
+            raise RuntimeError(f"huber_loss: delta must be positive, got {delta}")
+
+    @staticmethod
+    def loss(xp, d, delta):
+        a = xp.abs(d)
+        return xp.where(a <= delta, 0.5 * d * d, delta * (a - 0.5 * delta)).astype(
+            d.dtype, copy=False)
+
+    @staticmethod
+    def derivative(xp, d, delta):
+        return xp.where(xp.abs(d) <= delta, d, delta * xp.sign(d)).astype(d.dtype, copy=False)
+
+
+class KlDiv(Function):
+    """loss = t (log t - x) (0 where t = 0), or exp(t) (t - x) with log_target;
+    gx = -t g (or -exp(t) g), gt = (log t + 1 - x) g (or exp(t) (t - x + 1) g).
+    Saves x and t."""
+
+    @staticmethod
+    def forward(ctx, x, t, reduction="mean", log_target=False):
+        _check_reduction("kl_div", reduction, ("batchmean",))
+        X, T, xp = _pair("kl_div", x, t)
+        ctx.log_target = log_target
+        ctx.save_for_backward(x, t)
+        if log_target:
+            L = xp.exp(T) * (T - X)
+        else:
+            L = xp.where(T > 0, T * xp.log(xp.where(T > 0, T, 1)), 0) - T * X
+        L = L.astype(X.dtype, copy=False)
+        if reduction == "batchmean":
+            ctx.reduction = "mean"
+            ctx.count = x.shape[0] if x.ndim else 1
+            return from_array(xp.asarray(L.sum(dtype=L.dtype) / ctx.count))
+        ctx.reduction, ctx.count = reduction, L.size
+        return from_array(_reduce(xp, L, reduction))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, t = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        X, T = x._array(), t._array()
+        G = _upstream(ctx, g)
+        nx, nt = ctx.needs_input_grad
+        gx = gt = None
+        if ctx.log_target:
+            e = xp.exp(T)
+            gx = -e * G if nx else None
+            gt = e * (T - X + 1) * G if nt else None
+        else:
+            gx = -T * G if nx else None
+            gt = (xp.log(T) + 1 - X) * G if nt else None
+        full = shp.broadcast_shapes(x.shape, t.shape)
+        return (None if gx is None else unbroadcast(from_array(xp.broadcast_to(gx, full)
+                                                                .copy()), x.shape),
+                None if gt is None else unbroadcast(from_array(gt), t.shape))
+
+
+class BinaryCrossEntropy(Function):
+    """loss = -w (t log x + (1 - t) log(1 - x)), each log clamped at -100 (as torch);
+    gx = g w (x - t) / max(x (1 - x), 1e-12), gt = g w (log(1 - x) - log x).
+    Saves x, t and the weight."""
+
+    @staticmethod
+    def forward(ctx, x, t, weight=None, reduction="mean"):
+        _check_reduction("binary_cross_entropy", reduction)
+        X, T, xp = _pair("binary_cross_entropy", x, t, broadcast=False)
+        if X.size and bool(((X < 0) | (X > 1)).any()):
+            raise RuntimeError("binary_cross_entropy: all elements of input should be between "
+                               "0 and 1")
+        W = _weight("binary_cross_entropy", weight, x)
+        log_x = xp.maximum(xp.log(X), -100)
+        log_1mx = xp.maximum(xp.log1p(-X), -100)
+        L = -(T * log_x + (1 - T) * log_1mx)
+        if W is not None:
+            L = L * W
+        ctx.reduction, ctx.count = reduction, L.size
+        ctx.save_for_backward(x, t, weight)
+        return from_array(_reduce(xp, L.astype(X.dtype, copy=False), reduction))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, t, weight = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        X, T = x._array(), t._array()
+        G = _upstream(ctx, g)
+        if weight is not None:
+            G = G * weight._array()
+        nx, nt = ctx.needs_input_grad[:2]
+        gx = G * (X - T) / xp.maximum(X * (1 - X), 1e-12) if nx else None
+        gt = None
+        if nt:
+            gt = G * (xp.maximum(xp.log1p(-X), -100) - xp.maximum(xp.log(X), -100))
+        return (None if gx is None else from_array(gx.astype(X.dtype, copy=False)),
+                None if gt is None else from_array(gt.astype(X.dtype, copy=False)), None)
+
+
+class BinaryCrossEntropyWithLogits(Function):
+    """loss = w ((1 - t) x + l softplus(-x)), l = 1 + (pos_weight - 1) t;
+    gx = g w (l sigmoid(x) - pos_weight t), gt = g w ((pos_weight - 1) softplus(-x) - x).
+    Saves x, t, the weight and pos_weight."""
+
+    @staticmethod
+    def forward(ctx, x, t, weight=None, pos_weight=None, reduction="mean"):
+        name = "binary_cross_entropy_with_logits"
+        _check_reduction(name, reduction)
+        check_same_device(name, x, t, weight, pos_weight)
+        X, T, xp = _pair(name, x, t, broadcast=False)
+        W = _weight(name, weight, x)
+        P = _weight(name, pos_weight, x, label="pos_weight")
+        soft = xp.maximum(-X, 0) + xp.log1p(xp.exp(-xp.abs(X)))  # softplus(-x), stably
+        lw = 1 if P is None else 1 + (P - 1) * T
+        L = (1 - T) * X + lw * soft
+        if W is not None:
+            L = L * W
+        ctx.reduction, ctx.count = reduction, L.size
+        ctx.save_for_backward(x, t, weight, pos_weight)
+        return from_array(_reduce(xp, L.astype(X.dtype, copy=False), reduction))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, t, weight, pos_weight = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        X, T = x._array(), t._array()
+        G = _upstream(ctx, g)
+        if weight is not None:
+            G = G * weight._array()
+        P = None if pos_weight is None else pos_weight._array()
+        nx, nt = ctx.needs_input_grad[:2]
+        gx = gt = None
+        if nx:
+            s = _sigmoid_array(xp, X)
+            gx = G * (s - T) if P is None else G * ((1 + (P - 1) * T) * s - P * T)
+        if nt:
+            gt = -X if P is None else (P - 1) * (xp.maximum(-X, 0) + xp.log1p(
+                xp.exp(-xp.abs(X)))) - X
+            gt = G * gt
+        return (None if gx is None else from_array(gx.astype(X.dtype, copy=False)),
+                None if gt is None else from_array(gt.astype(X.dtype, copy=False)), None, None)
+
+
+def _weight(name, weight, x, label="weight"):
+    if weight is None:
+        return None
+    if type(weight) is not Tensor:
+        raise TypeError(f"{name}: {label} must be a Tensor, got {type(weight).__name__}")
+    if shp.broadcast_shapes(weight.shape, x.shape, op=name) != x.shape:
+        raise ShapeError(f"{name}: {label} of shape {tuple(weight.shape)} does not broadcast "
+                         f"to the input's shape {tuple(x.shape)}")
+    return weight._array()
+
+
+class NllLoss(Function):
+    """loss_i = -w[t_i] x[i, t_i] (0 where t_i = ignore_index); mean: sum / sum of w[t_i];
+    gx[i, t_i] = -w[t_i] g (over the sum of weights for mean), 0 elsewhere.
+
+    Saves the target and the weight: the gradient does not depend on the input's values.
+    """
+
+    @staticmethod
+    def forward(ctx, x, target, weight=None, ignore_index=-100, reduction="mean"):
+        _check_reduction("nll_loss", reduction)
+        check_same_device("nll_loss", x, target, weight)
+        _require_float("nll_loss", x)
+        if target.dtype.is_floating_point or target.dtype.name == "bool":
+            raise RuntimeError(f"nll_loss: expected an integer target, got "
+                               f"{target.dtype.name} of shape {tuple(target.shape)}")
+        expected = x.shape[:1] + x.shape[2:] if x.ndim > 1 else ()
+        if x.ndim < 1 or target.shape != expected:
+            raise ShapeError(f"nll_loss: expected input (N, C, ...) and target (N, ...), or "
+                             f"input (C,) and a 0-d target; got {tuple(x.shape)} and "
+                             f"{tuple(target.shape)}")
+        C = x.shape[1] if x.ndim > 1 else x.shape[0]
+        if weight is not None and tuple(weight.shape) != (C,):
+            raise ShapeError(f"nll_loss: weight of shape {tuple(weight.shape)} must be ({C},) "
+                             f"for input of shape {tuple(x.shape)}")
+        xp = backend.xp_for(x.device)
+        X, Tg = x._array(), target._array()
+        if x.ndim == 1:  # one sample: class dim first
+            X, Tg = X[None], Tg[None]
+        valid = Tg != ignore_index
+        safe = xp.where(valid, Tg, 0)
+        if safe.size and (int(safe.min()) < 0 or int(safe.max()) >= C):
+            raise IndexError(f"nll_loss: target out of bounds for {C} classes")
+        picked = xp.take_along_axis(X, safe[:, None], axis=1)[:, 0]
+        w = valid.astype(X.dtype) if weight is None else (
+            weight._array()[safe] * valid).astype(X.dtype, copy=False)
+        L = -picked * w
+        ctx.reduction, ctx.ignore_index, ctx.unbatched = reduction, ignore_index, x.ndim == 1
+        ctx.count = w.sum(dtype=X.dtype)
+        ctx.save_for_backward(target, weight)
+        if reduction == "none":
+            return from_array(L[0] if ctx.unbatched else L)
+        total = L.sum(dtype=X.dtype)
+        return from_array(xp.asarray(total if reduction == "sum" else total / ctx.count))
+
+    @staticmethod
+    def backward(ctx, g):
+        target, weight = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        Tg = target._array()
+        if ctx.unbatched:
+            Tg = Tg[None]
+        C = ctx.input_shapes[0][1] if not ctx.unbatched else ctx.input_shapes[0][0]
+        valid = Tg != ctx.ignore_index
+        safe = xp.where(valid, Tg, 0)
+        G = g._array()
+        if ctx.unbatched and ctx.reduction == "none":
+            G = G[None]
+        w = valid.astype(G.dtype) if weight is None else weight._array()[safe] * valid
+        scale = -(w * G) if ctx.reduction == "none" else -w * (
+            G / ctx.count if ctx.reduction == "mean" else G)
+        classes = xp.arange(C).reshape((1, C) + (1,) * (Tg.ndim - 1))
+        grad = (classes == safe[:, None]) * scale[:, None]
+        grad = grad.astype(G.dtype, copy=False)
+        return from_array(grad[0] if ctx.unbatched else grad), None, None
+
+
+# ----------------------------------------------------------------------------- entry points
+@op(MseLoss, functional=True)
+def mse_loss(input, target, reduction="mean"):  # noqa: A002
+    return MseLoss.apply(input, target, reduction=reduction)
+
+
+@op(L1Loss, functional=True)
+def l1_loss(input, target, reduction="mean"):  # noqa: A002
+    return L1Loss.apply(input, target, reduction=reduction)
+
+
+@op(SmoothL1Loss, functional=True)
+def smooth_l1_loss(input, target, reduction="mean", beta=1.0):  # noqa: A002
+    return SmoothL1Loss.apply(input, target, reduction=reduction, param=beta)
+
+
+@op(HuberLoss, functional=True)
+def huber_loss(input, target, reduction="mean", delta=1.0):  # noqa: A002
+    return HuberLoss.apply(input, target, reduction=reduction, param=delta)
+
+
+@op(KlDiv, functional=True)
+def kl_div(input, target, reduction="mean", log_target=False):  # noqa: A002
+    return KlDiv.apply(input, target, reduction=reduction, log_target=log_target)
+
+
+@op(BinaryCrossEntropy, functional=True)
+def binary_cross_entropy(input, target, weight=None, reduction="mean"):  # noqa: A002
+    return BinaryCrossEntropy.apply(input, target, weight, reduction=reduction)
+
+
+@op(BinaryCrossEntropyWithLogits, functional=True)
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean",  # noqa: A002
+                                     pos_weight=None):
+    return BinaryCrossEntropyWithLogits.apply(input, target, weight, pos_weight,
+                                              reduction=reduction)
+
+
+@op(NllLoss, functional=True)
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):  # noqa: A002
+    return NllLoss.apply(input, target, weight, ignore_index=ignore_index, reduction=reduction)
+
+
+def cross_entropy_composed(x, target, weight=None, ignore_index=-100, reduction="mean",
+                           label_smoothing=0.0):
+    """cross_entropy for what the fused CrossEntropy node does not take (class weights,
+    label smoothing, probability targets, (N, C, d1, ...) or (C,) inputs), composed as torch
+    composes it: log_softmax (which saves its output) and nll_loss (target and weight), and
+    for smoothing or soft targets a product with that same saved log-probability."""
+    name = "cross_entropy"
+    _check_reduction(name, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"{name}: label_smoothing must be between 0.0 and 1.0, got "
+                         f"{label_smoothing}")
+    if x.ndim == 0:
+        raise ShapeError(f"{name}: input must have at least one dimension, got shape ()")
+    class_dim = 0 if x.ndim == 1 else 1
+    C = x.shape[class_dim]
+    logp = log_softmax(x, class_dim)
+    w_view = None
+    if weight is not None:
+        if tuple(weight.shape) != (C,):
+            raise ShapeError(f"{name}: weight of shape {tuple(weight.shape)} must be ({C},) "
+                             f"for input of shape {tuple(x.shape)}")
+        w_view = weight.view((C,) + (1,) * (x.ndim - class_dim - 1))
+    if target.dtype.is_floating_point:  # class probabilities
+        if target.shape != x.shape:
+            raise TypeError(f"{name}: target must be integer (class indices) or have the "
+                            f"input's shape {tuple(x.shape)} (probabilities), got "
+                            f"{target.dtype.name} of shape {tuple(target.shape)}")
+        if label_smoothing > 0:
+            target = target * (1 - label_smoothing) + label_smoothing / C
+        prod = logp * (target if w_view is None else target * w_view)
+        if reduction == "none":
+            return -prod.sum(dim=class_dim)
+        total = -prod.sum()
+        return total if reduction == "sum" else total / (x.numel() // C if C else 0)
+    nll = nll_loss(logp, target, weight, ignore_index, reduction)
+    if label_smoothing == 0:
+        return nll
+    ignored = target == ignore_index
+    smooth = -(logp if w_view is None else logp * w_view).sum(dim=class_dim)
+    smooth = smooth.masked_fill(ignored, 0.0)
+    if reduction == "mean":
+        xp = backend.xp_for(x.device)
+        kept = ~ignored._array()
+        if weight is None:
+            denominator = kept.sum()
+        else:
+            denominator = (weight._array()[xp.where(kept, target._array(), 0)] * kept).sum()
+        smooth = smooth.sum() / float(denominator)
+    elif reduction == "sum":
+        smooth = smooth.sum()
+    return nll * (1 - label_smoothing) + smooth * (label_smoothing / C)
+
+
+COMPOSED_CLASSES = (LogSoftmax, NllLoss, Mul, Sum)
