@@ -1,13 +1,10 @@
 """The trainer: it learns, it logs memory, and resuming from a checkpoint is exact."""
 
 import numpy as np
-import pytest
 
 import nn
 import tinygrad_attn as ta
 from nn.trainer import CHECKPOINT, TrainConfig, Trainer
-
-pytest.importorskip("safetensors")
 
 TEXT = "".join(f"def f{i}(x):\n    return x * {i % 7} + {i % 5}\n" for i in range(400))
 TINY = nn.GPTConfig(vocab_size=1, block_size=16, n_layer=1, n_head=2, n_embd=16)
