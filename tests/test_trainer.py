@@ -147,8 +147,12 @@ def _oom_mid_backward(make, attempt):
                 attempt(obj)
         except ta.OutOfMemoryError as e:
             frames = [f.name for f in traceback.extract_tb(e.__traceback__)]
-            if "backward" in frames and obj.partial():
-                return obj
+        else:
+            continue
+        if "backward" in frames and obj.partial():
+            gc.collect()
+            obj.leftover_bytes = ta.memory.live_bytes() - base  # with the exception gone
+            return obj
     raise AssertionError("no memory limit made backward fail after its first gradients")
 
 
@@ -170,6 +174,7 @@ def test_a_retry_after_out_of_memory_mid_backward_has_a_clean_steps_gradients(tm
     partial = {k: g for k, g in _grads(failed).items() if g is not None}
     assert 0 < len(partial) < len(expected)  # the OOM left some gradients behind ...
     assert any(g.any() for g in partial.values())  # ... nonzero: adding to them would show
+    assert failed.leftover_bytes == sum(g.nbytes for g in partial.values())  # and only them
     ta.set_rng_state(failed.rng)
     failed.forward_backward(*failed.batch)  # the retry, with no limit
     got = _grads(failed)
