@@ -9,9 +9,10 @@ parameters on CPU. The learning-rate schedule is part of the run (its length is
 checkpoint's run was on; what may change on resume is only what does not alter the
 trajectory (RESUMABLE: the step total, logging, checkpointing, the device).
 
-A step that fails (ta.OutOfMemoryError under ta.memory.set_limit, say) changes nothing a
-retry depends on: gradients are set to None before each backward, and the batch sampler
-and the RNG are rewound, so calling train_step again is the step a clean run takes.
+A step that fails before its update (ta.OutOfMemoryError under ta.memory.set_limit, say)
+leaves nothing a retry depends on: gradients are set to None before each backward, and
+the next train_step reuses the failed step's batch and RNG state, so it is the step a
+clean run takes.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class Trainer:
         # strings saved in the checkpoint beside the trainer's state (the CLI records the
         # data file and its config file here)
         self.metadata: dict[str, str] = {}
+        self._retry = None  # (batch, RNG state) of a step that failed before its update
 
     # -- one step ----------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -123,17 +125,20 @@ class Trainer:
         lr = self.lr_at(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        # rewound if the step fails before the update, so that a retry is this same step
-        sampler_state, rng_state = self.train_batches.state_dict(), ta.get_rng_state()
-        x, y = self.train_batches.sample()
+        if self._retry is not None:  # the step that failed last time, with its batch
+            (x, y), rng_state = self._retry  # and the RNG state its dropout drew from
+            self._retry = None
+            ta.set_rng_state(rng_state)
+        else:
+            rng_state = ta.get_rng_state()
+            x, y = self.train_batches.sample()
         t0 = time.perf_counter()
         with ta.memory.step_stats(cfg.device) as stats:
             try:
                 loss = self.forward_backward(x, y, stats)
             except BaseException:
                 self.optimizer.zero_grad(set_to_none=True)
-                self.train_batches.load_state_dict(sampler_state)
-                ta.set_rng_state(rng_state)
+                self._retry = ((x, y), rng_state)
                 raise
             if cfg.grad_clip:
                 clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
