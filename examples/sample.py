@@ -49,12 +49,20 @@ def _device(text: str) -> str:
                                      "for GPU number N (cuda:0, cuda:1, ...)")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown after each flag's help, but not the required --ckpt's "None"."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sample.py", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=_HelpFormatter)
     p.add_argument("--ckpt", required=True, metavar="DIR_OR_FILE",
                    help=f"a train_gpt.py --out directory (its {CHECKPOINT}) or the file itself")
-    p.add_argument("--start", default="\n", help="the text the sample continues")
+    p.add_argument("--start", default="\n",
+                   help="the text the sample continues (default: %(default)r)")
     p.add_argument("--tokens", type=_int(0), default=200, help="characters to sample")
     p.add_argument("--temperature", type=_positive_float, default=0.8,
                    help="divides the logits: below 1 sharper, above 1 flatter")
