@@ -2,50 +2,66 @@
 
     python examples/train_gpt.py                       # the embedded corpus, CPU, ~2 min
     python examples/train_gpt.py --data input.txt --steps 2000 --out runs/a
-    python examples/train_gpt.py --out runs/a --resume --steps 600   # continue exactly
+    python examples/train_gpt.py --out runs/a --resume --steps 3000   # on to step 3000
+    python examples/train_gpt.py --config run.toml --lr 1e-3          # flags beat the file
 
 The default corpus needs no download: it is built from a fixed list of the standard
 library's own source files. The log shows, beside the loss, each step's memory from the
 ledger: the peak, the bytes saved for backward, and the bytes copied.
+
+--resume continues the run in --out exactly: --steps is the total to reach (the
+checkpoint's own total when not given), the learning-rate schedule is the one the run
+started with (--lr-decay-steps long; give it the final total up front to resume a run
+further without the rate having reached --min-lr), and a flag that would change the
+run's trajectory (the model, the learning rates, the batch size...) stops with a list of
+the conflicts. A --config TOML file holds flags by name (`n_layer = 6`, `lr = 1e-3`);
+flags on the command line override it, and its text is saved in the checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
+import math
 import os
+import sys
 
 import nn
+import tinygrad_attn as ta
 from nn.data import default_corpus, load_text
-from nn.trainer import CHECKPOINT, TrainConfig, Trainer
+from nn.gpt import ATTENTION
+from nn.trainer import CHECKPOINT, ResumeConflict, TrainConfig, Trainer
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", help="a text file (default: the embedded stdlib corpus)")
-    g = p.add_argument_group("model (GPTConfig)")
-    defaults = nn.GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=128)
-    for field in dataclasses.fields(nn.GPTConfig):
-        if field.name == "vocab_size":  # set by the data's tokenizer
-            continue
-        value = getattr(defaults, field.name)
-        kind = type(value) if value is not None else str
-        if kind is bool:
-            g.add_argument(f"--{field.name.replace('_', '-')}", type=_bool, default=value,
-                           metavar="BOOL")
-        else:
-            g.add_argument(f"--{field.name.replace('_', '-')}", type=kind, default=value)
-    t = p.add_argument_group("training")
-    tdefaults = TrainConfig()
-    for field in dataclasses.fields(TrainConfig):
-        if field.name in ("out", "progress"):
-            continue
-        value = getattr(tdefaults, field.name)
-        t.add_argument(f"--{field.name.replace('_', '-')}", type=type(value), default=value)
-    t.add_argument("--out", help="directory for checkpoints (ckpt.safetensors)")
-    t.add_argument("--resume", action="store_true", help="continue from --out's checkpoint")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+# ----------------------------------------------------------------------------- flag types
+def _int(lo: int, hi: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            raise argparse.ArgumentTypeError(f"must be an integer {bound}, got {value}")
+        return value
+
+    return parse
+
+
+def _float(lo: float, hi: float | None = None, hi_open: bool = False):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        too_high = hi is not None and (value >= hi if hi_open else value > hi)
+        if not math.isfinite(value) or value < lo or too_high:
+            bound = (f">= {lo}" if hi is None else
+                     f"in [{lo}, {hi}{')' if hi_open else ']'}")
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text}")
+        return value
+
+    return parse
 
 
 def _bool(text: str) -> bool:
@@ -53,36 +69,261 @@ def _bool(text: str) -> bool:
         return True
     if text.lower() in ("0", "false", "no", "off"):
         return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+    raise argparse.ArgumentTypeError(f"not a boolean (true/false, yes/no, on/off, 1/0): "
+                                     f"{text!r}")
+
+
+def _device(text: str) -> str:
+    if text in ("cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid device {text!r}: use cpu, cuda, or cuda:N "
+                                     "for GPU number N (cuda:0, cuda:1, ...)")
+
+
+# dest: (type, kind for a config file, help). Every flag, model and training alike.
+MODEL_FLAGS = {
+    "block_size": (_int(1), int, "context length T: tokens per training window, and the "
+                                 "most the model attends to"),
+    "n_layer": (_int(1), int, "transformer blocks"),
+    "n_head": (_int(1), int, "attention heads per block (must divide --n-embd)"),
+    "n_embd": (_int(1), int, "embedding width C"),
+    "dropout": (_float(0.0, 1.0, hi_open=True), float,
+                "dropout probability (0 with --attn flash)"),
+    "bias": (_bool, bool, "biases in the Linear and LayerNorm layers"),
+    "attn": (str, str, "attention: naive (the story's port, with copies), views (views "
+                       "only), flash (blocked, never forms the T x T matrix)"),
+    "checkpoint": (_bool, bool, "recompute each block in backward instead of saving its "
+                                "activations"),
+    "attn_block_size": (_int(1), int, "query/key tile of --attn flash"),
+}
+TRAIN_FLAGS = {
+    "steps": (_int(1), int, "optimizer steps in all; with --resume, the total to reach "
+                            "counting the checkpoint's (default there: the checkpoint's)"),
+    "batch_size": (_int(1), int, "sequences per step"),
+    "lr": (_float(0.0), float, "peak learning rate, reached after --warmup steps"),
+    "min_lr": (_float(0.0), float, "learning rate at the end of the cosine decay and after"),
+    "warmup": (_int(0), int, "steps of linear warmup"),
+    "weight_decay": (_float(0.0), float, "AdamW weight decay (matrices only, as nanoGPT)"),
+    "grad_clip": (_float(0.0), float, "clip the gradients' global norm to this (0: never)"),
+    "lr_decay_steps": (_int(0), int, "length of the warmup + cosine schedule in steps "
+                                     "(0: --steps); fixed for the run, resumes included"),
+    "eval_every": (_int(0), int, "steps between validation losses (0: only at the end)"),
+    "eval_iters": (_int(1), int, "validation batches per evaluation"),
+    "seed": (_int(0, 2**32 - 1), int, "seed of the weights' init, dropout and batches"),
+    "device": (_device, str, "cpu, cuda or cuda:N"),
+    "save_every": (_int(0), int, "steps between checkpoints in --out (0: only at the end)"),
+    "sample_tokens": (_int(0), int, "characters sampled from the model after training"),
+}
+OTHER_FLAGS = {  # dest: (type, kind, help); not TrainConfig or GPTConfig fields
+    "data": (str, str, "a UTF-8 text file to train on (default: the embedded stdlib "
+                       "corpus)"),
+    "out": (str, str, f"directory for the checkpoint ({CHECKPOINT}); none: no checkpoint"),
+    "no_progress": (None, bool, "no progress bar"),
+}
+DEFAULT_MODEL = nn.GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=128)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown after each flag's help, but for flags whose default is "none", which
+    their help explains."""
+
+    def _get_help_string(self, action):
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    """The CLI. With suppress_defaults, a flag not given is absent from the namespace:
+    how main() learns which flags were given, to check them against a checkpoint."""
+    p = argparse.ArgumentParser(
+        prog="train_gpt.py", description=__doc__.split("\n")[0],
+        formatter_class=_HelpFormatter,
+        argument_default=argparse.SUPPRESS if suppress_defaults else None)
+
+    def add(group, dest, spec, default):
+        kind_type, _, text = spec
+        flag = "--" + dest.replace("_", "-")
+        if suppress_defaults:
+            default = argparse.SUPPRESS
+        if kind_type is None:  # a switch
+            group.add_argument(flag, action="store_true", help=text,
+                               **({"default": default} if suppress_defaults else {}))
+            return
+        extra = {"choices": ATTENTION} if dest == "attn" else {}
+        if kind_type is _bool:
+            extra["metavar"] = "BOOL"
+        group.add_argument(flag, type=kind_type, default=default, help=text, **extra)
+
+    p.add_argument("--config", metavar="FILE.toml", default=None if not suppress_defaults
+                   else argparse.SUPPRESS,
+                   help="a TOML file of flags by name (n_layer = 6); command-line flags "
+                        "override it; saved in the checkpoint")
+    add(p, "data", OTHER_FLAGS["data"], None)
+    g = p.add_argument_group("model (GPTConfig; vocab_size comes from the data)")
+    for dest, spec in MODEL_FLAGS.items():
+        add(g, dest, spec, getattr(DEFAULT_MODEL, dest))
+    t = p.add_argument_group("training")
+    defaults = TrainConfig()
+    for dest, spec in TRAIN_FLAGS.items():
+        add(t, dest, spec, getattr(defaults, dest))
+    add(t, "out", OTHER_FLAGS["out"], None)
+    t.add_argument("--resume", action="store_true",
+                   **({"default": argparse.SUPPRESS} if suppress_defaults else {}),
+                   help="continue the run in --out exactly from its checkpoint")
+    add(t, "no_progress", OTHER_FLAGS["no_progress"], False)
+    return p
+
+
+def _fail(message: str) -> None:
+    """An error in the arguments or the run's files: a message and exit status 2, no
+    traceback (as argparse does for a bad flag)."""
+    print(f"train_gpt.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _read_config(path: str) -> tuple[dict, str]:
+    """(flag values by dest, the file's text) from a TOML file, each checked as its flag."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError:
+            _fail("--config needs Python 3.11+ (tomllib) or the tomli package "
+                  "(pip install tomli)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        raw = tomllib.loads(text)
+    except OSError as e:
+        _fail(f"--config {path}: {e.strerror or e}")
+    except (ValueError, UnicodeDecodeError) as e:  # TOMLDecodeError is a ValueError
+        _fail(f"--config {path}: not valid TOML: {e}")
+    specs = {**MODEL_FLAGS, **TRAIN_FLAGS, **OTHER_FLAGS}
+    values = {}
+    for key, value in raw.items():
+        dest = key.replace("-", "_")
+        if dest not in specs:
+            _fail(f"--config {path}: unknown setting {key!r}; the settings are the flags' "
+                  f"names: {', '.join(sorted(specs))}")
+        parse, kind, _ = specs[dest]
+        if kind is bool:
+            ok = isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            _fail(f"--config {path}: {key} must be a TOML {kind.__name__}, got {value!r}")
+        if parse not in (None, str):
+            try:
+                value = parse(str(value).lower() if kind is bool else str(value))
+            except argparse.ArgumentTypeError as e:
+                _fail(f"--config {path}: {key}: {e}")
+        if dest == "attn" and value not in ATTENTION:
+            _fail(f"--config {path}: attn must be one of {', '.join(ATTENTION)}, got {value!r}")
+        values[dest] = value
+    return values, text
+
+
+def parse_args(argv=None) -> tuple[argparse.Namespace, set]:
+    """(the arguments, the dests given on the command line or in --config)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help, and every flag checked
+    given = set(vars(build_parser(suppress_defaults=True).parse_args(argv)))
+    args.config_text = None
+    if args.config:
+        from_config, text = _read_config(args.config)
+        parser.set_defaults(**from_config)
+        args = parser.parse_args(argv)
+        args.config_text = text
+        given |= set(from_config)
+    return args, given
 
 
 def main(argv=None) -> Trainer:
-    args = parse_args(argv)
-    text = load_text(args.data) if args.data else default_corpus()
-    tcfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-                          if f.name not in ("progress",)},
-                       progress=not args.no_progress)
+    args, given = parse_args(argv)
+    if args.device != "cpu" and not ta.cuda.is_available():
+        _fail(f"--device {args.device}: no CUDA GPU here (CuPy missing or no device); "
+              "use --device cpu")
+    train_given = {k: getattr(args, k) for k in TRAIN_FLAGS if k in given}
     if args.resume:
-        if not args.out:
-            raise SystemExit("--resume needs --out DIR (where the checkpoint is)")
-        path = os.path.join(args.out, CHECKPOINT)
-        trainer = Trainer.from_checkpoint(path, text, steps=args.steps,
-                                          progress=not args.no_progress)
-        print(f"resumed from {path} at step {trainer.step}")
+        trainer = _resume(args, given, train_given)
     else:
-        gcfg = nn.GPTConfig(**{f.name: getattr(args, f.name)
-                               for f in dataclasses.fields(nn.GPTConfig)
-                               if f.name != "vocab_size"})
-        trainer = Trainer(gcfg, tcfg, text)
+        if args.n_embd % args.n_head:
+            _fail(f"--n-embd ({args.n_embd}) must be a multiple of --n-head ({args.n_head})")
+        if args.attn == "flash" and args.dropout > 0:
+            _fail("--attn flash has no attention dropout: use --dropout 0 or --attn views")
+        text = _text(args.data)
+        gcfg = nn.GPTConfig(**{k: getattr(args, k) for k in MODEL_FLAGS})
+        tcfg = TrainConfig(**{k: getattr(args, k) for k in TRAIN_FLAGS}, out=args.out,
+                           progress=not args.no_progress)
+        try:
+            trainer = Trainer(gcfg, tcfg, text)
+        except ValueError as e:  # the data is too short for a window, say
+            _fail(str(e))
+        trainer.metadata["data"] = os.path.abspath(args.data) if args.data else ""
+    if args.config_text is not None:
+        trainer.metadata["config_file"] = json.dumps({"path": os.path.abspath(args.config),
+                                                      "text": args.config_text})
     model = trainer.model
-    print(f"corpus: {len(text):,} characters, vocabulary {trainer.tokenizer.vocab_size}; "
-          f"model: {model.num_params():,} parameters, {trainer.gcfg}")
+    print(f"corpus: {len(trainer.train_batches.data) + len(trainer.val_ids):,} characters, "
+          f"vocabulary {trainer.tokenizer.vocab_size}; model: {model.num_params():,} "
+          f"parameters, {trainer.gcfg}")
     print(f"unigram entropy of the validation text: {trainer.unigram_entropy():.3f} nats")
     trainer.run()
     val = trainer.evaluate()
     print(f"final validation loss {val:.4f} nats "
           f"(unigram entropy {trainer.unigram_entropy():.3f})")
     print("sample:\n" + trainer.sample())
+    return trainer
+
+
+def _text(data: str | None) -> str:
+    if not data:
+        return default_corpus()
+    try:
+        return load_text(data)
+    except OSError as e:
+        _fail(f"--data {data}: {e.strerror or e}")
+    except ValueError as e:
+        _fail(str(e))
+
+
+def _resume(args, given: set, train_given: dict) -> Trainer:
+    if not args.out:
+        _fail("--resume needs --out DIR, the directory that holds the checkpoint")
+    path = os.path.join(args.out, CHECKPOINT)
+    try:
+        meta = nn.load_metadata(path)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(f"--resume: {e}")
+    data = meta.get("data")
+    if "data" in given and data is not None and os.path.abspath(args.data) != (data or None):
+        _fail(f"cannot resume {path!r} with --data {args.data}: its run trained on "
+              f"{data or 'the embedded stdlib corpus'}")
+    text = _text(args.data if "data" in given else data)
+    model = {k: getattr(args, k) for k in MODEL_FLAGS if k in given}
+    overrides = {**train_given, "out": args.out, "progress": not args.no_progress}
+    try:
+        trainer = Trainer.from_checkpoint(path, text, model=model, **overrides)
+    except ResumeConflict as e:
+        rows = "\n".join(f"  --{k.replace('_', '-')}: given {v!r}, checkpoint {c!r}"
+                         for k, v, c in e.conflicts)
+        _fail(f"cannot resume {path} with flags that contradict its run (a resumed run "
+              f"continues that run exactly):\n{rows}\nDrop these flags (or set them to the "
+              "checkpoint's values), or start a new run with another --out.")
+    except ValueError as e:  # no trainer state, unreadable file, data outside the vocabulary
+        _fail(f"--resume: {e}")
+    if trainer.step >= trainer.tcfg.steps:
+        _fail(f"nothing to train: {path} is at step {trainer.step} and --steps "
+              f"{trainer.tcfg.steps} is the total to reach (the checkpoint's steps "
+              f"included); pass --steps greater than {trainer.step}")
+    print(f"resumed from {path} at step {trainer.step}, training to step {trainer.tcfg.steps}")
     return trainer
 
 

@@ -1,9 +1,18 @@
 """Training a GPT: the loop behind examples/train_gpt.py, with exact checkpoint/resume.
 
 A checkpoint is one safetensors file: the model's tensors ("model.*"), the optimizer's
-state ("optim.*"), and JSON metadata with the GPT config, the tokenizer, the step, the
-batch sampler's and the engine's RNG state. Resuming from it continues the run exactly:
-N steps, or N/2 steps + resume + N/2 steps, give bit-identical parameters on CPU.
+state ("optim.*"), and JSON metadata with the GPT config, the training config, the
+tokenizer, the step, the batch sampler's and the engine's RNG state. Resuming from it
+continues the run exactly: N steps, or N/2 steps + resume + N/2 steps, give bit-identical
+parameters on CPU. The learning-rate schedule is part of the run (its length is
+`lr_decay_steps`, fixed when the run starts), so a resumed run follows the schedule the
+checkpoint's run was on; what may change on resume is only what does not alter the
+trajectory (RESUMABLE: the step total, logging, checkpointing, the device).
+
+A step that fails before its update (ta.OutOfMemoryError under ta.memory.set_limit, say)
+leaves nothing a retry depends on: gradients are set to None before each backward, and
+the next train_step reuses the failed step's batch and RNG state, so it is the step a
+clean run takes.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ class TrainConfig:
     warmup: int = 20
     weight_decay: float = 0.1
     grad_clip: float = 1.0
+    lr_decay_steps: int = 0  # the schedule's length (warmup included); 0: `steps`
     eval_every: int = 100
     eval_iters: int = 4
     seed: int = 1337
@@ -44,11 +54,30 @@ class TrainConfig:
     progress: bool = True
 
 
+# Checkpoint metadata a trainer needs to resume (a weights-only file from nn.save has none)
+TRAINER_STATE = ("gpt_config", "train_config", "tokenizer", "step", "sampler", "rng",
+                 "optim_layout")
+# TrainConfig fields a resumed run may change: none of them alters the parameters it reaches
+RESUMABLE = ("steps", "eval_every", "eval_iters", "device", "out", "save_every",
+             "sample_tokens", "progress")
+
+
+class ResumeConflict(ValueError):
+    """Settings given for a resumed run that contradict the checkpoint's run;
+    `conflicts` lists (field, given, checkpoint's value)."""
+
+    def __init__(self, message: str, conflicts: list) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts
+
+
 class Trainer:
     """Model, optimizer, data and the loop; `run(until)` trains up to step `until`."""
 
     def __init__(self, gpt_config: GPTConfig, train_config: TrainConfig, text: str,
                  tokenizer: CharTokenizer | None = None, log=print) -> None:
+        if not train_config.lr_decay_steps:  # fixed now: a resumed run keeps this schedule
+            train_config = dataclasses.replace(train_config, lr_decay_steps=train_config.steps)
         self.tcfg = train_config
         self.log = log
         ta.manual_seed(train_config.seed)
@@ -67,19 +96,50 @@ class Trainer:
         self.val_ids = val_ids
         self.step = 0
         self.history: list[dict] = []
+        # strings saved in the checkpoint beside the trainer's state (the CLI records the
+        # data file and its config file here)
+        self.metadata: dict[str, str] = {}
+        self._retry = None  # (batch, RNG state) of a step that failed before its update
 
     # -- one step ----------------------------------------------------------------------
+    def lr_at(self, step: int) -> float:
+        cfg = self.tcfg
+        return cosine_lr(step, cfg.lr, cfg.warmup, cfg.lr_decay_steps, cfg.min_lr)
+
+    def forward_backward(self, x, y, stats=None):
+        """The loss of batch (x, y), its gradients in each parameter's .grad.
+
+        Gradients are set to None first: a previous step that failed in the middle of
+        backward (out of memory, say) may have left some parameters with partial
+        gradients, which this step's backward would otherwise add to.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        _, loss = self.model(x, y)
+        if stats is not None:
+            stats.mark_saved(loss)
+        loss.backward()
+        return loss
+
     def train_step(self) -> dict:
         cfg = self.tcfg
-        lr = cosine_lr(self.step, cfg.lr, cfg.warmup, cfg.steps, cfg.min_lr)
+        lr = self.lr_at(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        x, y = self.train_batches.sample()
+        if self._retry is not None:  # the step that failed last time, with its batch
+            (x, y), rng_state = self._retry  # and the RNG state its dropout drew from
+            self._retry = None
+            ta.set_rng_state(rng_state)
+        else:
+            rng_state = ta.get_rng_state()
+            x, y = self.train_batches.sample()
         t0 = time.perf_counter()
         with ta.memory.step_stats(cfg.device) as stats:
-            _, loss = self.model(x, y)
-            stats.mark_saved(loss)
-            loss.backward()
+            try:
+                loss = self.forward_backward(x, y, stats)
+            except BaseException:
+                self.optimizer.zero_grad(set_to_none=True)
+                self._retry = ((x, y), rng_state)
+                raise
             if cfg.grad_clip:
                 clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
             self.optimizer.step()
@@ -167,19 +227,37 @@ class Trainer:
             "rng": json.dumps(ta.get_rng_state()),
             "optim_layout": optim_layout,
         }
-        save(tensors, path, metadata=meta)
+        save(tensors, path, metadata={**self.metadata, **meta})
         return path
 
     @classmethod
-    def from_checkpoint(cls, path: str, text: str, log=print, **overrides) -> Trainer:
+    def from_checkpoint(cls, path: str, text: str, log=print, model: dict | None = None,
+                        **overrides) -> Trainer:
         """A trainer in exactly the state the checkpoint recorded (same config, step,
-        weights, optimizer state, data position and RNG state)."""
+        weights, optimizer state, data position and RNG state).
+
+        `overrides` are TrainConfig fields: those in RESUMABLE replace the checkpoint's;
+        any other, and any GPTConfig field in `model`, must equal the checkpoint's value,
+        else ResumeConflict lists each difference. A file without the trainer's state
+        (from nn.save, say) raises ValueError saying so.
+        """
         meta = load_metadata(path)
-        gcfg = GPTConfig(**json.loads(meta["gpt_config"]))
-        tcfg = TrainConfig(**json.loads(meta["train_config"]))
+        gcfg, tcfg = checkpoint_configs(path, meta)
+        conflicts = [(k, v, getattr(gcfg, k)) for k, v in (model or {}).items()
+                     if k != "vocab_size" and v != getattr(gcfg, k)]
+        conflicts += [(k, v, getattr(tcfg, k)) for k, v in overrides.items()
+                      if k not in RESUMABLE and v != getattr(tcfg, k)]
+        if conflicts:
+            rows = "\n".join(f"  {k}: given {v!r}, checkpoint {c!r}" for k, v, c in conflicts)
+            raise ResumeConflict(
+                f"cannot resume {path!r} with settings that differ from its run (a resumed "
+                f"run continues that run exactly):\n{rows}\nDrop these settings, or start "
+                "a new run in another directory.", conflicts
+            )
         tcfg = dataclasses.replace(tcfg, **overrides)
         tokenizer = CharTokenizer.from_dict(json.loads(meta["tokenizer"]))
         trainer = cls(gcfg, tcfg, text, tokenizer=tokenizer, log=log)
+        trainer.metadata = {k: v for k, v in meta.items() if k not in TRAINER_STATE}
         tensors = load(path, device=tcfg.device)
         model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
         trainer.model.load_state_dict(model_sd, strict=True)
@@ -189,6 +267,49 @@ class Trainer:
         ta.set_rng_state(json.loads(meta["rng"]))
         trainer.step = int(meta["step"])
         return trainer
+
+
+def checkpoint_configs(path: str, meta: dict | None = None) -> tuple[GPTConfig, TrainConfig]:
+    """The GPT and training configs a trainer's checkpoint recorded.
+
+    ValueError, naming the file, for a file without them (nn.save of a bare state_dict)."""
+    meta = load_metadata(path) if meta is None else meta
+    missing = [k for k in TRAINER_STATE if k not in meta]
+    if missing:
+        raise ValueError(
+            f"{path!r} has no trainer state (no {', '.join(missing)} in its metadata): it is "
+            "not a checkpoint written by the trainer (nn.save of a state_dict writes weights "
+            "only). To start from its weights, load them into a model with "
+            "model.load_state_dict(nn.load(path))."
+        )
+    try:
+        gcfg = GPTConfig(**json.loads(meta["gpt_config"]))
+        saved = json.loads(meta["train_config"])
+        if not saved.get("lr_decay_steps"):  # written before the field: steps was the length
+            saved["lr_decay_steps"] = saved["steps"]
+        tcfg = TrainConfig(**saved)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(f"{path!r}: its gpt_config / train_config metadata cannot be "
+                         f"read: {e}") from None
+    return gcfg, tcfg
+
+
+def load_model(path: str, device: str = "cpu") -> tuple[GPT, CharTokenizer, dict]:
+    """(the GPT, its tokenizer, the metadata) of a trainer's checkpoint, in eval mode:
+    enough to sample from it without the training data or the optimizer."""
+    meta = load_metadata(path)
+    for key in ("gpt_config", "tokenizer"):
+        if key not in meta:
+            raise ValueError(f"{path!r} has no {key} in its metadata: it is not a checkpoint "
+                             "written by the trainer (nn.save of a state_dict writes weights "
+                             "only)")
+    gcfg = GPTConfig(**json.loads(meta["gpt_config"]))
+    tokenizer = CharTokenizer.from_dict(json.loads(meta["tokenizer"]))
+    model = GPT(gcfg)
+    tensors = load(path)
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
+                           if k.startswith("model.")}, strict=True)
+    return model.to(device).eval(), tokenizer, meta
 
 
 def _format(rec: dict) -> str:

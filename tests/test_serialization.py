@@ -1,18 +1,28 @@
 """nn.serialization: safetensors checkpoints, interchange with torch, bad files, atomic saves."""
 
 import json
+import math
 import os
 import pickle
+import random
+import signal
+import struct
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import nn
 import nn.optim as optim
+import nn.serialization as serialization
 import tinygrad_attn as ta
 from nn.serialization import flatten_state, load, load_metadata, save, unflatten_state
 
-pytest.importorskip("safetensors")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _state():
@@ -170,22 +180,20 @@ def test_text_file_and_missing_file(tmp_path):
 
 
 def test_a_crash_mid_save_leaves_the_old_file_intact(tmp_path, monkeypatch):
-    import safetensors.numpy
-
     path = tmp_path / "ckpt.safetensors"
     old = {"w": ta.ones(3, 3)}
     save(old, path, metadata={"step": "1"})
     before = path.read_bytes()
 
-    real_save_file = safetensors.numpy.save_file
+    real_write = serialization._write_file
 
-    def crash_midway(tensors, filename, metadata=None):
-        real_save_file(tensors, filename, metadata=metadata)
-        with open(filename, "r+b") as f:  # half the bytes are out when the power goes
-            f.truncate(os.path.getsize(filename) // 2)
+    def crash_midway(f, header, arrays):
+        real_write(f, header, arrays)
+        f.flush()
+        f.truncate(f.tell() // 2)  # half the bytes are out when the power goes
         raise OSError("simulated crash while writing")
 
-    monkeypatch.setattr(safetensors.numpy, "save_file", crash_midway)
+    monkeypatch.setattr(serialization, "_write_file", crash_midway)
     with pytest.raises(OSError, match="simulated crash"):
         save({"w": ta.zeros(3, 3), "extra": ta.randn(100)}, path, metadata={"step": "2"})
     assert path.read_bytes() == before
@@ -333,3 +341,287 @@ def test_save_from_device_loads_on_cpu_and_back(tmp_path, device):
             np.testing.assert_array_equal(s_new[name].cpu().numpy(),
                                           s_old[name].cpu().numpy())
             assert s_old[name].cpu().numpy().any()  # one real step: not all zeros
+
+
+# ----------------------------------------------------------------------------- names
+def test_unloadable_names_are_refused_before_anything_is_written(tmp_path, monkeypatch):
+    path = tmp_path / "c.safetensors"
+    save({"w": ta.ones(2)}, path)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="'__metadata__' is reserved"):
+        save({"w": ta.ones(2), "__metadata__": ta.zeros(1)}, path)
+    with pytest.raises(ValueError, match=r"tensor name 'bad\\udc80' is not valid UTF-8"):
+        save({"bad\udc80": ta.ones(1)}, path)
+    with pytest.raises(ValueError, match=r"metadata key 'k\\ud800'"):
+        save({"w": ta.ones(1)}, path, metadata={"k\ud800": "v"})
+    with pytest.raises(ValueError, match="metadata value of 'note'"):
+        save({"w": ta.ones(1)}, path, metadata={"note": "\udfff"})
+    monkeypatch.setattr(serialization, "MAX_HEADER_BYTES", 4096)
+    with pytest.raises(ValueError, match=r"over the 4,096 .* largest metadata entry is 'big'"):
+        save({"w": ta.ones(1)}, path, metadata={"big": "x" * 5000, "small": "y"})
+    assert os.listdir(tmp_path) == ["c.safetensors"] and path.read_bytes() == before
+    # names that are odd but valid round-trip, and torch's reader sees the same file
+    odd = {"": ta.ones(1), "ü.ñ/日本": ta.arange(3), '"quoted"\\n': ta.zeros(2, 0)}
+    save(odd, path, metadata={"ключ": "значение"})
+    _assert_same(odd, load(path))
+    assert load_metadata(path) == {"ключ": "значение"}
+
+
+# ----------------------------------------------------------------------------- dtypes
+def _raw_file(path, tensors: dict, metadata=None):
+    """A safetensors file written by hand: name -> (dtype code, shape, raw bytes)."""
+    header, data, offset = {}, b"", 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, (code, shape, raw) in tensors.items():
+        header[name] = {"dtype": code, "shape": list(shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        data += raw
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data)
+    return path
+
+
+def test_dtypes_the_engine_lacks_load_widened_exactly(tmp_path):
+    """Written byte by byte, no torch: each value is exact in the wider engine dtype."""
+    nan = math.nan
+    path = _raw_file(tmp_path / "w.safetensors", {
+        "i16": ("I16", (4,), struct.pack("<4h", -32768, -1, 0, 32767)),
+        "u16": ("U16", (3,), struct.pack("<3H", 0, 1, 65535)),
+        "u32": ("U32", (2,), struct.pack("<2I", 0, 2**32 - 1)),
+        # 1.0, -2.0, inf, the smallest subnormal 2**-133, a nan
+        "bf16": ("BF16", (5,), struct.pack("<5H", 0x3F80, 0xC000, 0x7F80, 0x0001, 0x7FC0)),
+        # 1.0, 448 (max), 2**-9 (smallest subnormal), -0.0, nan
+        "e4m3": ("F8_E4M3", (5,), bytes([0x38, 0x7E, 0x01, 0x80, 0x7F])),
+        # 1.0, 57344 (max), 2**-16, -inf, nan
+        "e5m2": ("F8_E5M2", (5,), bytes([0x3C, 0x7B, 0x01, 0xFC, 0x7F])),
+        # fnuz: bias one more, 0x80 the only nan, no negative zero
+        "e4m3fnuz": ("F8_E4M3FNUZ", (3,), bytes([0x40, 0x80, 0xFF])),
+        "e5m2fnuz": ("F8_E5M2FNUZ", (3,), bytes([0x40, 0x80, 0xFF])),
+        "e8m0": ("F8_E8M0", (4,), bytes([127, 0, 254, 255])),
+        "flags": ("BOOL", (3,), bytes([0, 1, 7])),
+    })
+    got = load(path)
+    expect = {
+        "i16": (ta.int32, [-32768, -1, 0, 32767]),
+        "u16": (ta.int32, [0, 1, 65535]),
+        "u32": (ta.int64, [0, 2**32 - 1]),
+        "bf16": (ta.float32, [1.0, -2.0, math.inf, 2.0**-133, nan]),
+        "e4m3": (ta.float16, [1.0, 448.0, 2.0**-9, -0.0, nan]),
+        "e5m2": (ta.float16, [1.0, 57344.0, 2.0**-16, -math.inf, nan]),
+        "e4m3fnuz": (ta.float16, [1.0, nan, -240.0]),
+        "e5m2fnuz": (ta.float16, [1.0, nan, -57344.0]),
+        "e8m0": (ta.float32, [1.0, 2.0**-127, 2.0**127, nan]),
+        "flags": (ta.bool, [False, True, True]),
+    }
+    for name, (dtype, values) in expect.items():
+        assert got[name].dtype == dtype, name
+        np.testing.assert_array_equal(got[name].numpy(), np.array(values), err_msg=name)
+    assert np.signbit(got["e4m3"].numpy()[3])  # -0.0 stays negative
+    assert got["flags"].numpy().view(np.uint8).tolist() == [0, 1, 1]  # canonical bools
+
+
+@pytest.mark.parametrize("code,why,nbytes", [("U64", "uint64", 32), ("C64", "complex", 32),
+                                             ("F4", "4-bit", 2), ("F6_E3M2", "6-bit", 3)])
+def test_dtypes_without_an_exact_engine_dtype_are_refused(tmp_path, code, why, nbytes):
+    path = _raw_file(tmp_path / f"{code}.safetensors",  # 4 elements of `code`
+                     {"ok": ("F32", (1,), b"\0" * 4), "layer.w": (code, (4,), b"\0" * nbytes)})
+    with pytest.raises(ValueError, match=rf"{code}.safetensors.*'layer.w'.*{code}.*{why}"):
+        load(path)
+    assert load_metadata(path) == {}  # the header alone is readable
+
+
+def test_every_torch_dtype_loads_as_torch_reads_it(tmp_path):
+    """All bit patterns of each 8- and 16-bit dtype, and edge values of the wider ones,
+    written by safetensors.torch: our values equal torch's own conversion."""
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    every8 = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    every16 = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    tensors = {
+        "i16": every16, "u16": every16.view(torch.uint16), "bf16": every16.view(torch.bfloat16),
+        "u32": torch.tensor([0, 1, 2**31, 2**32 - 1], dtype=torch.int64).to(torch.uint32),
+        "i8": every8.view(torch.int8), "u8": every8, "f16": every16.view(torch.float16),
+        "f32": torch.tensor([1.5, -0.0, math.inf, 1e-45]), "f64": torch.tensor([2.0**-1074]),
+        "i32": torch.tensor([-2**31, 2**31 - 1], dtype=torch.int32),
+        "i64": torch.tensor([-2**63, 2**63 - 1]), "bool": torch.tensor([True, False]),
+    }
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                 "float8_e8m0fnu"):
+        tensors[name] = every8.view(getattr(torch, name))
+    tensors = {k: v.clone() for k, v in tensors.items()}  # views of one buffer: own copies
+    st_torch.save_file(tensors, str(tmp_path / "all.safetensors"))
+    ours = load(tmp_path / "all.safetensors")
+    assert sorted(ours) == sorted(tensors)
+    for name, t in tensors.items():
+        floating = t.is_floating_point()
+        wide = t.to(torch.float64 if floating else torch.int64).numpy()
+        with np.errstate(invalid="ignore"):  # casting a signalling nan raises the flag
+            got = ours[name].numpy().astype(wide.dtype)
+        np.testing.assert_array_equal(got, wide, err_msg=name)
+        if floating:  # the sign of zero too (a nan's sign bit means nothing)
+            np.testing.assert_array_equal(np.signbit(got[~np.isnan(got)]),
+                                          np.signbit(wide[~np.isnan(wide)]), err_msg=name)
+        assert got.itemsize >= t.element_size(), name
+    for dtype in (torch.uint64, torch.complex64):
+        path = tmp_path / f"{str(dtype)[6:]}.safetensors"
+        st_torch.save_file({"x": torch.zeros(2, dtype=dtype)}, str(path))
+        with pytest.raises(ValueError, match=f"{path.name}.*'x'"):
+            load(path)
+
+
+# ----------------------------------------------------------------------------- fuzzing
+def _fuzz_base(path):
+    save({"a": ta.randn(3, 2), "b": ta.arange(4, dtype=ta.int32), "c": ta.tensor([True, False]),
+          "d": ta.zeros(0, 5, dtype=ta.float16), "e": ta.tensor(2.5, dtype=ta.float64)},
+         path, metadata={"step": "3", "note": "x"})
+    return path.read_bytes()
+
+
+def _check_loads_or_names_the_file(path):
+    """load and load_metadata either succeed, giving exactly the bytes the header
+    describes, or raise ValueError naming the file: never another exception."""
+    try:
+        meta = load_metadata(path)
+    except ValueError as e:
+        assert str(path) in str(e)
+        meta = None
+    try:
+        tensors = load(path)
+    except ValueError as e:
+        assert str(path) in str(e)
+        return
+    assert meta is not None  # a file that loads has a readable header
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    assert sorted(tensors) == sorted(header)
+    for name, t in tensors.items():
+        begin, end = header[name]["data_offsets"]
+        assert list(t.shape) == header[name]["shape"]
+        raw = data[8 + n + begin:8 + n + end]
+        arr = t.numpy()
+        if header[name]["dtype"] == "BOOL":
+            assert arr.tolist() == [b != 0 for b in raw] or arr.size == 0 or arr.ndim != 1
+        else:
+            assert arr.tobytes() == raw, name
+
+
+FUZZ = settings(max_examples=120, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                  max_size=3),
+    max_leaves=6)
+
+
+@FUZZ
+@given(flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=4),
+       cut=st.none() | st.integers(0, 10**6))
+def test_fuzz_byte_flips_and_truncations(tmp_path, flips, cut):
+    data = bytearray(_fuzz_base(tmp_path / "base.safetensors"))
+    for pos, xor in flips:
+        data[pos % len(data)] ^= xor
+    if cut is not None:
+        data = data[:cut % (len(data) + 1)]
+    path = tmp_path / "fuzzed.safetensors"
+    path.write_bytes(bytes(data))
+    _check_loads_or_names_the_file(path)
+
+
+@FUZZ
+@given(name=st.sampled_from(["a", "b", "c", "d", "e", "__metadata__", "new"]),
+       field=st.sampled_from(["dtype", "shape", "data_offsets", None, "extra"]),
+       value=JSON_VALUES | st.sampled_from(["F32", "F16", "I64", "BOOL", "U64", "BF16", "X"])
+       | st.lists(st.integers(-3, 40), max_size=3),
+       length_delta=st.sampled_from([0, 0, 0, 1, -1, 8, -8]))
+def test_fuzz_header_edits(tmp_path, name, field, value, length_delta):
+    data = _fuzz_base(tmp_path / "base.safetensors")
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    if field is None:
+        header[name] = value  # replace or add a whole entry
+    elif isinstance(header.get(name), dict):
+        header[name][field] = value
+    else:
+        header.pop(name, None)
+    text = json.dumps(header).encode()
+    path = tmp_path / "fuzzed.safetensors"
+    path.write_bytes(max(0, len(text) + length_delta).to_bytes(8, "little") + text
+                     + data[8 + n:])
+    _check_loads_or_names_the_file(path)
+
+
+# ----------------------------------------------------------------------------- kill -9
+CHILD = """
+import sys
+import tinygrad_attn as ta
+from nn.serialization import save
+path, v = sys.argv[1], int(sys.argv[2])
+while True:
+    v += 1
+    save({"w": ta.full((512, 512), float(v)), "v": ta.tensor([v])}, path,
+         metadata={"version": str(v)})
+    print(v, flush=True)
+"""
+
+
+def _temporaries(directory, target):
+    return [n for n in os.listdir(directory) if n.startswith(f".{target}.")]
+
+
+def test_kill_9_mid_save_leaves_an_old_or_new_version_and_the_next_save_cleans_up(tmp_path):
+    """A child saves 1 MiB versions back to back and is SIGKILLed at random moments: the
+    target is always one whole version, and a later save deletes the dead writers'
+    temporaries."""
+    path = tmp_path / "ckpt.safetensors"
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    rng = random.Random(0)
+    version, stale_seen = 0, 0
+    for _ in range(4):
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(version)],
+                                 stdout=subprocess.PIPE, env=env)
+        first = child.stdout.readline()
+        assert first, "the saving child died before its first save"
+        time.sleep(rng.uniform(0.0, 0.05))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        meta = load_metadata(path)
+        state = load(path)
+        v = int(meta["version"])
+        assert v > version and state["v"].item() == v
+        assert state["w"].shape == (512, 512) and (state["w"].numpy() == v).all()
+        version = v
+        stale_seen += len(_temporaries(tmp_path, path.name))
+    save({"w": ta.zeros(1)}, path)  # every writer is dead: their temporaries go
+    assert _temporaries(tmp_path, path.name) == []
+    assert load(path)["w"].numpy().tolist() == [0.0]
+    print(f"stale temporaries seen after kills: {stale_seen}")
+
+
+def test_a_save_removes_only_dead_writers_temporaries_of_its_own_target(tmp_path):
+    host = serialization._HOST
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        names = {
+            "dead": f".ckpt.safetensors.{host}.{dead.pid}.0123456789ab.tmp",
+            "live": f".ckpt.safetensors.{host}.{sleeper.pid}.0123456789ab.tmp",
+            "other target": f".other.safetensors.{host}.{dead.pid}.0123456789ab.tmp",
+            "other host": f".ckpt.safetensors.{host}x.{dead.pid}.0123456789ab.tmp",
+            "old style": ".ckpt.safetensors.0123456789ab.tmp",
+        }
+        for n in names.values():
+            (tmp_path / n).write_bytes(b"partial")
+        save({"w": ta.ones(1)}, tmp_path / "ckpt.safetensors")
+        left = set(os.listdir(tmp_path))
+        assert names["dead"] not in left
+        assert {names[k] for k in ("live", "other target", "other host", "old style")} <= left
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -1,13 +1,13 @@
 """The trainer: it learns, it logs memory, and resuming from a checkpoint is exact."""
 
+import gc
+import traceback
+
 import numpy as np
-import pytest
 
 import nn
 import tinygrad_attn as ta
 from nn.trainer import CHECKPOINT, TrainConfig, Trainer
-
-pytest.importorskip("safetensors")
 
 TEXT = "".join(f"def f{i}(x):\n    return x * {i % 7} + {i % 5}\n" for i in range(400))
 TINY = nn.GPTConfig(vocab_size=1, block_size=16, n_layer=1, n_head=2, n_embd=16)
@@ -111,3 +111,93 @@ def test_trains_on_the_gpu_and_resumes_exactly(tmp_path, gpu_device):
     name = "model.lm_head.weight" if "model.lm_head.weight" in on_cpu else next(
         k for k in on_cpu if k.endswith("lm_head.weight"))
     assert on_cpu[name].device == "cpu"
+
+
+# ----------------------------------------------------------------------------- failed steps
+def _tiny_trainer(tmp_path, **kw):
+    cfg = nn.GPTConfig(**{**TINY.__dict__, "n_layer": 2, "dropout": 0.1})
+    return Trainer(cfg, _cfg(tmp_path, 4, **kw), TEXT, log=lambda *_: None)
+
+
+def _grads(trainer):
+    return {k: None if p.grad is None else p.grad.numpy().copy()
+            for k, p in trainer.model.named_parameters()}
+
+
+def _oom_mid_backward(make, attempt):
+    """A fresh object from make() on which attempt(obj) runs out of memory in the middle of
+    backward: the limit is lowered in small steps from a clean step's peak towards what the
+    forward pass needs, until the error comes from backward and obj.partial() holds."""
+    gc.collect()  # garbage of earlier tests freed in the middle would move the limit
+    probe = make()
+    x, y = probe.train_batches.sample()
+    start = ta.memory.live_bytes()
+    ta.memory.reset_peak()
+    _, loss = probe.model(x, y)
+    forward = ta.memory.live_bytes() - start
+    loss.backward()
+    peak = ta.memory.max_live_bytes() - start
+    del probe, loss
+    for extra in range(peak - 1, forward, -max(1, (peak - forward) // 50)):
+        obj = make()
+        gc.collect()
+        base = ta.memory.live_bytes()
+        try:
+            with ta.memory.limit(base + extra):
+                attempt(obj)
+        except ta.OutOfMemoryError as e:
+            frames = [f.name for f in traceback.extract_tb(e.__traceback__)]
+        else:
+            continue
+        if "backward" in frames and obj.partial():
+            gc.collect()
+            obj.leftover_bytes = ta.memory.live_bytes() - base  # with the exception gone
+            return obj
+    raise AssertionError("no memory limit made backward fail after its first gradients")
+
+
+def test_a_retry_after_out_of_memory_mid_backward_has_a_clean_steps_gradients(tmp_path):
+    clean = _tiny_trainer(tmp_path)
+    batch = clean.train_batches.sample()
+    clean.forward_backward(*batch)
+    expected = _grads(clean)
+    assert all(g is not None for g in expected.values()) and len(expected) == 28
+
+    def make():
+        t = _tiny_trainer(tmp_path)
+        t.batch = t.train_batches.sample()
+        t.rng = ta.get_rng_state()  # the dropout masks the clean step drew
+        t.partial = lambda: 0 < sum(p.grad is not None for p in t.model.parameters()) < 28
+        return t
+
+    failed = _oom_mid_backward(make, lambda t: t.forward_backward(*t.batch))
+    partial = {k: g for k, g in _grads(failed).items() if g is not None}
+    assert 0 < len(partial) < len(expected)  # the OOM left some gradients behind ...
+    assert any(g.any() for g in partial.values())  # ... nonzero: adding to them would show
+    assert failed.leftover_bytes == sum(g.nbytes for g in partial.values())  # and only them
+    ta.set_rng_state(failed.rng)
+    failed.forward_backward(*failed.batch)  # the retry, with no limit
+    got = _grads(failed)
+    for k in expected:
+        np.testing.assert_array_equal(got[k], expected[k], err_msg=k)
+
+
+def test_train_step_after_out_of_memory_is_the_step_a_clean_run_takes(tmp_path):
+    """The batch, the dropout masks (RNG) and the gradients of a retried train_step are a
+    clean run's: the parameters after it equal those after one clean step, bit for bit."""
+    clean = _tiny_trainer(tmp_path)
+    clean_rec = clean.train_step()
+
+    def make():
+        t = _tiny_trainer(tmp_path)
+        t.partial = lambda: True  # train_step itself sets the partial gradients to None
+        return t
+
+    failed = _oom_mid_backward(make, lambda t: t.train_step())
+    assert failed.step == 0 and all(p.grad is None for p in failed.model.parameters())
+    rec = failed.train_step()
+    assert failed.step == 1 and rec["loss"] == clean_rec["loss"]
+    a, b = _params(clean), _params(failed)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert failed.train_batches.state_dict() == clean.train_batches.state_dict()

@@ -6,7 +6,6 @@ import contextlib
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -207,6 +206,7 @@ def test_reshape_view_compatible(data):
 
 def test_reshape_oracle_agrees_with_torch():
     """np_can_view (used above) is PyTorch's view rule on the cases the property test meets."""
+    torch = pytest.importorskip("torch")
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     for perm, new in [((1, 0, 2), (3, 8)), ((0, 2, 1), (2, 12)), ((0, 2, 1), (8, 3)),
                       ((2, 1, 0), (24,)), ((0, 1, 2), (6, 4)), ((1, 0, 2), (3, 2, 2, 2))]:
@@ -304,9 +304,19 @@ def test_chunk(data):
     sizes = [min(step, n - s) for s in range(0, n, step)]
     with count_allocs() as allocs:
         parts = x.chunk(chunks, d)
-    expected = [p.numpy() for p in torch.from_numpy(host(x)).chunk(chunks, d)]
-    assert [p.shape[d] for p in expected] == sizes
-    check_view(x, list(parts), expected, allocs)
+    check_view(x, list(parts), _pieces(host(x), d % x.ndim, sizes), allocs)
+
+
+def test_chunk_sizes_agree_with_torch():
+    """The sizes test_chunk expects are PyTorch's, including chunk counts that leave fewer
+    pieces than asked for (6 into 4 chunks: 2, 2, 2)."""
+    torch = pytest.importorskip("torch")
+    for n in range(1, 13):
+        for chunks in range(1, 8):
+            step = -(-n // chunks)
+            sizes = [min(step, n - s) for s in range(0, n, step)]
+            assert [len(p) for p in torch.arange(n).chunk(chunks)] == sizes, (n, chunks)
+            assert [p.shape[0] for p in ta.arange(n).chunk(chunks)] == sizes, (n, chunks)
 
 
 @SETTINGS
@@ -606,6 +616,7 @@ def _attention_loss(q, k, v, r):
 
 
 def _torch_grads(x, w, r):
+    torch = pytest.importorskip("torch")
     xt = torch.from_numpy(host(x)).requires_grad_()
     wt = torch.from_numpy(host(w)).requires_grad_()
     qkv = xt @ wt
@@ -640,7 +651,22 @@ def test_slices_of_one_base_share_one_gradient_buffer(how, device):
     # exactly one base-sized buffer receives all three slice gradients (matmul's backward
     # then reads it; it allocates nothing of that size, see the byte sizes above)
     assert len(qkv_sized) == 1, [(s.nbytes, s.op, s.copy_reason) for s in allocs]
+    # the same function with no slices of one base: q, k, v each their own matmul
+    x2, w2 = x.detach().requires_grad_(), w.detach().requires_grad_()
+    q2, k2, v2 = (x2 @ w2[:, i * C:(i + 1) * C].contiguous() for i in range(3))
+    _attention_loss(q2, k2, v2, r).backward()
+    np.testing.assert_allclose(host(x.grad), host(x2.grad), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(host(w.grad), host(w2.grad), rtol=1e-5, atol=1e-6)
+
+
+def test_slice_gradients_match_torch():
+    ta.manual_seed(0)
+    x = ta.randn(B, T, C, requires_grad=True)
+    w = ta.randn(C, 3 * C, requires_grad=True)
+    r = ta.randn(B, T, C)
     gx, gw = _torch_grads(x, w, r)
+    q, k, v = (x @ w).split(C, -1)
+    _attention_loss(q, k, v, r).backward()
     np.testing.assert_allclose(host(x.grad), gx, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(host(w.grad), gw, rtol=1e-4, atol=1e-5)
 

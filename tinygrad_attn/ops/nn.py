@@ -114,6 +114,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 class CrossEntropy(Function):
     """loss = mean over rows of (logsumexp(logits) - logits[target]), computed stably.
 
+    Rows whose target is ignore_index are left out of the sum and of the count; with every
+    row left out the mean is 0/0 = nan, as in PyTorch (sum gives 0, none zeros), and the
+    gradient is zero.
     g_logits = (softmax(logits) - onehot(target)) * g / count, built in one buffer.
     Saves the logits and the per-row logsumexp (N values): the softmax is recomputed in
     backward, so no log-softmax copy and no one-hot matrix is ever kept.
@@ -149,7 +152,11 @@ class CrossEntropy(Function):
         if reduction == "none":
             return from_array(losses)
         total = losses.sum()
-        return from_array(xp.asarray(total / ctx.count if reduction == "mean" else total))
+        if reduction == "sum":
+            return from_array(xp.asarray(total))
+        if count == 0:  # the mean of no rows; its gradient stays zero (backward's count is 1)
+            return from_array(xp.full((), math.nan, dtype=X.dtype))
+        return from_array(xp.asarray(total / count))
 
     @staticmethod
     def backward(ctx, g):
