@@ -42,7 +42,7 @@ from .counters import (  # noqa: F401
     keep_freed_host_memory, live_bytes, max_live_bytes, parse_bytes, phase, release_host_memory,
     reserved_bytes, reset_peak, save_policies, save_policy, scope, tag,
 )
-from .scopes import module_scope  # noqa: F401
+from .scopes import module_scope, scope_of_call  # noqa: F401
 from .tracker import get_limit, limit, set_limit  # noqa: F401
 from .ledger import (  # noqa: F401
     MemoryBudgetError, OutOfMemoryError, Profile, StepStats, memcheck, profile, saved_bytes,
