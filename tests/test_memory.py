@@ -392,3 +392,46 @@ def test_limit_is_per_device(gpu_device):
         assert memory.live_bytes(device) == gpu_before + ok.nbytes
     assert memory.get_limit(device) is None
     del big_cpu, ok
+
+
+def test_nodes_are_told_apart_when_python_reuses_their_ids():
+    """A node's id() is reused once it dies; the ledger must still attribute each saved
+    tensor to the node that saved it. Many Exp nodes saved, then freed; then Tanh nodes (made
+    where the Exp nodes lived) save less: the saved peak is all Exp."""
+    x = ta.randn(64, 64, requires_grad=True)
+    with memory.profile() as prof:
+        exps = [(x * 1.0).exp() for _ in range(20)]  # 20 Exp nodes, each saves its output
+        del exps
+        for _ in range(20):
+            (x * 1.0).tanh().sum().backward()  # one Tanh node alive at a time
+    saves = [e["node"] for e in prof.events if e["kind"] == "save"]
+    assert len(saves) == len(set(saves)) == 40  # Exp and Tanh save their outputs
+    by_op = prof.summary()["saved_peak"]["by_op"]
+    assert set(by_op) == {"Exp"}
+    assert by_op["Exp"]["nodes"] == 20
+    assert by_op["Exp"]["unique_bytes"] == 20 * 64 * 64 * 4
+
+
+def test_labelled_sets_the_labels_and_restores_them():
+    from tinygrad_attn.memory import state
+
+    before = dict(state.current)
+    with state.labelled(scope="a.b", phase="optimizer"):
+        st = ta.zeros(1).untyped_storage()
+        assert (st.scope, st.phase) == ("a.b", "optimizer")
+        with pytest.raises(RuntimeError), state.labelled(scope="inner"):
+            assert memory.current_scope() == "inner"
+            raise RuntimeError("restored on the way out")
+        assert memory.current_scope() == "a.b"
+    assert state.current == before
+    with pytest.raises(KeyError, match="colour"):
+        state.labelled(colour="red")
+
+    @memory.phase("optimizer")
+    def step():
+        return memory.current_phase()
+
+    assert step() == "optimizer" and memory.current_phase() == before["phase"]
+    with memory.emulate(late_free=True):
+        assert state.habits["late_free"] is True
+    assert state.habits["late_free"] is False
