@@ -37,7 +37,7 @@ def source_line() -> str | None:
 
 # ----------------------------------------------------------------------------- tracker
 class Tracker:
-    """Observes storages, saved tensors and gradient sums (see storage.observers)."""
+    """Observes storages, saved tensors and gradient sums (see state.observers)."""
 
     def __init__(self, device: str = "cpu", events: bool = True, source_lines: bool = False):
         self.device = device
