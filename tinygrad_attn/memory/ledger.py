@@ -83,6 +83,7 @@ class Profile:
     def _analyze(self) -> None:
         tr = self._tracker
         base = self.baseline_bytes
+        self._save_infos = self._pair_saves()
         (peak_t, peak), (bwd_t, bwd_peak), saved_peak_t = self._peaks()
         self._peak_t, self._bwd_t, self._saved_peak_t = peak_t, bwd_t, saved_peak_t
         self._summary = {
@@ -146,13 +147,29 @@ class Profile:
         e = self._tracker.events[t]
         return {"t": t, "op": e["op"], "phase": e["phase"], "scope": e["scope"]}
 
+    def _pair_saves(self) -> dict:
+        """Event index of each save -> the info of the node that made it.
+
+        Events name a node by id(node), which Python reuses once the node dies; but a node
+        is released (at the latest when it dies) before another can be saved under its id,
+        so each save pairs with the next release of its id, or with a node still alive."""
+        tr = self._tracker
+        open_saves, infos = {}, {}
+        for e in tr.events:
+            if e["kind"] == "save":
+                open_saves[e["node"]] = e["t"]
+            elif e["kind"] == "release" and e["node"] in open_saves:
+                infos[open_saves.pop(e["node"])] = e["node_info"]
+        for node, t in open_saves.items():
+            infos[t] = tr.nodes.get(node)
+        return infos
+
     def _replay_until(self, t: int):
         """(live storage ids, saved counts, saved-by map) just after event t."""
         tr = self._tracker
         live = {sid for sid, info in tr.info.items() if info["preexisting"]}
         saved_count: dict = {}
         holders: dict = {}  # sid -> node infos saving it
-        released = {e["node"]: e["node_info"] for e in tr.events if e["kind"] == "release"}
         for e in tr.events[: t + 1]:
             kind = e["kind"]
             if kind == "alloc":
@@ -160,7 +177,7 @@ class Profile:
             elif kind == "free":
                 live.discard(e["sid"])
             elif kind == "save":
-                info = tr.nodes.get(e["node"]) or released.get(e["node"])
+                info = self._save_infos.get(e["t"])
                 for sid in e["sids"]:
                     saved_count[sid] = saved_count.get(sid, 0) + 1
                     holders.setdefault(sid, []).append(info)

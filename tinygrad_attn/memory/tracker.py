@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import os
 import sys
 import weakref
@@ -46,11 +45,7 @@ class Tracker:
         self.info: dict = {}  # storage id -> dict (every storage seen, live or freed)
         self.refs: dict = {}  # storage id -> weakref to the live Storage
         self.saved_count: dict = {}  # storage id -> number of live nodes saving it
-        self.nodes: dict = {}  # node key -> node info while its saved tensors live
-        # A node's key is a serial number, not id(node): ids are reused once a node dies,
-        # and the events must tell every node of the profile apart.
-        self.node_keys: dict = {}  # id(node) -> key of the last node saved with that id
-        self._next_key = itertools.count()
+        self.nodes: dict = {}  # id(node) -> node info while its saved tensors live
         self.events: list = []
         self.fanout: dict = {}
         for st in gc.get_objects():  # what was alive before we started watching
@@ -105,7 +100,7 @@ class Tracker:
             saved.append((st.id, t.numel() * t.itemsize))
         if not saved:
             return
-        key = self.node_keys[id(node)] = next(self._next_key)
+        key = id(node)
         self.nodes[key] = {
             "node": node.name, "op": node.name.removesuffix("Backward"), "scope": node.scope,
             "saved": saved, "source": source_line() if self.source_lines else None,
@@ -116,9 +111,7 @@ class Tracker:
         weakref.finalize(node, self._node_gone, key)
 
     def on_release(self, node) -> None:
-        key = self.node_keys.get(id(node))
-        if key is not None:
-            self._node_gone(key)
+        self._node_gone(id(node))
 
     def _node_gone(self, key) -> None:
         info = self.nodes.pop(key, None)
