@@ -228,10 +228,8 @@ class GPT(Module):
         checkpointing = self.config.checkpoint and ta.is_grad_enabled()
         for block in self.transformer.h:
             if checkpointing:
-                # save only the block's input; recompute its insides in backward (under
-                # the block's own ledger scope, so the recompute is attributed to it)
-                with ta.memory.scope(block.scope_name()):
-                    x = ta.checkpoint(block, x)
+                # save only the block's input; recompute its insides in backward
+                x = ta.checkpoint(block, x)
             else:
                 x = block(x)
         x = self.transformer.ln_f(x)

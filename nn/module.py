@@ -6,15 +6,14 @@ is no Parameter subclass): `Parameter(t)` makes it require grad and tags its Sto
 it; assigning a Module registers a submodule. Weight tying is assigning the same tensor
 to two modules: it is one Storage, one gradient, and `parameters()` lists it once.
 
-Calling a module runs `forward` inside `ta.memory.scope(name)`, where name is its dotted
-path from the module the call started at ("transformer.h.3.attn"; that root's name is
-""), so every byte allocated in forward (and, through the graph nodes, in backward) is
-attributed to the module that asked for it.
+Calling a module runs `forward` inside `ta.memory.module_scope(self)`: the ledger's scope
+is its dotted path from the module the call started at ("transformer.h.3.attn"; that
+root's name is ""), so every byte allocated in forward (and, through the graph nodes, in
+backward) is attributed to the module that asked for it.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict, namedtuple
 
 import tinygrad_attn as ta
@@ -37,23 +36,6 @@ def is_parameter(value) -> bool:
     return type(value) is ta.Tensor and value.is_leaf and (
         value.requires_grad or value.untyped_storage().category == "parameter"
     )
-
-
-# Module names for memory scopes are computed from the root of a call and cached on each
-# submodule; any change to any module tree bumps this counter and so invalidates them.
-_structure_version = 0
-_call_stack: list = []  # the modules whose forward is running, outermost first
-_root_prefix = [""]  # the ledger scope the outermost running module was called under
-
-
-def _tree_changed() -> None:
-    global _structure_version
-    _structure_version += 1
-
-
-def _cache_name(module, name: str, root_ref) -> None:
-    d = module.__dict__
-    d["_qualname"], d["_scope_owner"], d["_scope_version"] = name, root_ref, _structure_version
 
 
 def zero_grads(params, set_to_none: bool = True) -> None:
@@ -93,7 +75,6 @@ class Module:
         if isinstance(value, Module):
             self._forget(name, keep="_modules")
             d["_modules"][name] = value
-            _tree_changed()
         elif is_parameter(value) or (value is None and name in d.get("_parameters", ())):
             self._forget(name, keep="_parameters")
             d["_parameters"][name] = value
@@ -107,7 +88,6 @@ class Module:
             d["_buffers"][name] = value
         elif name in d.get("_modules", ()) and value is None:
             d["_modules"][name] = None
-            _tree_changed()
         else:
             self._forget(name)
             object.__setattr__(self, name, value)
@@ -119,8 +99,6 @@ class Module:
         for table in ("_parameters", "_buffers", "_modules"):
             if table != keep and name in d.get(table, ()):
                 del d[table][name]
-                if table == "_modules":
-                    _tree_changed()
         if keep != "_buffers":
             d.get("_non_persistent", set()).discard(name)
         d.pop(name, None)
@@ -165,7 +143,6 @@ class Module:
             raise TypeError(f"add_module({name!r}): {type(module).__name__} is not a Module")
         self._forget(name, keep="_modules")
         self._modules[name] = module
-        _tree_changed()
 
     register_module = add_module
 
@@ -349,49 +326,13 @@ class Module:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        _call_stack.append(self)
-        is_root = len(_call_stack) == 1
-        if is_root:  # a root called inside a scope (a checkpoint's recompute) extends it
-            prev_prefix, _root_prefix[0] = _root_prefix[0], ta.memory.current_scope()
-        try:
-            with ta.memory.scope(self.scope_name()):
-                if len(_call_stack) == 1 and ta.memory.current_phase() == "other":
-                    # the root call of a model is the forward phase (unless the caller set
-                    # another phase, e.g. evaluation inside the optimizer's)
-                    with ta.memory.phase("forward"):
-                        return self.forward(*args, **kwargs)
-                return self.forward(*args, **kwargs)
-        finally:
-            _call_stack.pop()
-            if is_root:
-                _root_prefix[0] = prev_prefix
+        with ta.memory.module_scope(self):
+            return self.forward(*args, **kwargs)
 
     def scope_name(self) -> str:
         """The memory-ledger scope of this module in the running call: its dotted name
         from the root, under the scope the root was called in."""
-        name, prefix = self._qualified_name(), _root_prefix[0]
-        if prefix:
-            return f"{prefix}.{name}" if name else prefix
-        return name
-
-    def _qualified_name(self) -> str:
-        """This module's dotted name from the root of the running call (cached)."""
-        root = _call_stack[0]
-        d = self.__dict__
-        owner = d.get("_scope_owner")
-        if (owner is not None and owner() is root
-                and d.get("_scope_version") == _structure_version):
-            return d["_qualname"]
-        ref, in_tree = weakref.ref(root), False
-        for name, m in root.named_modules():
-            _cache_name(m, name, ref)
-            in_tree = in_tree or m is self
-        if not in_tree:
-            # called from a forward but not registered in the tree (e.g. kept in a list)
-            parent = _call_stack[-2].__dict__["_qualname"]
-            name = type(self).__name__
-            _cache_name(self, f"{parent}.{name}" if parent else name, ref)
-        return d["_qualname"]
+        return ta.memory.scope_of_call(self)
 
     # ------------------------------------------------------------------ printing
     def extra_repr(self) -> str:

@@ -113,3 +113,23 @@ def test_rng_state_round_trips_on_every_device(device):
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(a[0][:3], a[1])  # real draws, not a constant
+
+
+def test_the_installed_array_module_is_read_live_by_every_backend_module(monkeypatch):
+    """_install_array_module rebinds the one `cp` (in backend/devices.py); the backend's
+    other modules and `ta.backend.cp` read that one, so none keeps a stale copy."""
+    import fake_cupy
+    from conftest import install_fake_cupy
+
+    had_cuda = ta.cuda.is_available()
+    previous = install_fake_cupy(monkeypatch)
+    try:
+        assert ta.backend.cp is fake_cupy and ta.backend.devices.cp is fake_cupy
+        assert ta.backend.xp_for("cuda:0") is fake_cupy
+        x = ta.arange(6, dtype=ta.float32, device="cuda").reshape(2, 3).mT.contiguous()
+        assert isinstance(x._array(), fake_cupy.ndarray)  # layout.strided built it
+        assert x.tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+        assert ta.backend.is_array(x._array())
+    finally:
+        ta.backend._install_array_module(previous)
+    assert ta.backend.cp is previous and ta.backend.cuda_is_available() == had_cuda

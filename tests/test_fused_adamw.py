@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tinygrad_attn as ta
-from tinygrad_attn import storage as ta_storage
+from tinygrad_attn.memory import state as ledger_state
 
 HYPER = dict(lr=0.01, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
 
@@ -80,11 +80,11 @@ def test_allocates_no_storage():
         def on_free(self, st):
             pass
 
-    ta_storage.observers.append(Watch())
+    ledger_state.observers.append(Watch())
     try:
         ta.functional.adamw_update_(p, g, m, v, step=1, **HYPER)
     finally:
-        ta_storage.observers.pop()
+        ledger_state.observers.pop()
     assert made == []
 
 

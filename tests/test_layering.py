@@ -1,5 +1,5 @@
 """The one-way flow of DESIGN.md, checked: each module imports only from layers below it,
-and only the backend imports numpy or cupy."""
+and only the backend package imports numpy or cupy."""
 
 import ast
 import pathlib
@@ -7,9 +7,12 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ENGINE = ROOT / "tinygrad_attn"
 
-# lower number = lower layer; a module may import its own layer or any lower one
+# lower number = lower layer; a module may import its own layer or any lower one. A package's
+# modules share its layer unless listed by path: memory/state (the ledger's global state, which
+# storage, autograd and ops write) and memory/scopes (the naming of module calls, which
+# checkpoint reads) are pure Python at the bottom, below the rest of the memory package.
 LAYERS = {
-    "backend": 0, "errors": 0,
+    "backend": 0, "errors": 0, "memory/state": 0, "memory/scopes": 0,
     "shape": 1, "cuda": 1,
     "storage": 2,
     "tensor": 3,
@@ -25,32 +28,41 @@ LAYERS = {
 ALLOWED_UPWARD = {("tensor", "ops"), ("tensor", "autograd")}
 
 
+def _layer_key(parts) -> str:
+    """The LAYERS key of a module given as path parts ("memory", "state"): the longest listed
+    prefix of its path, so memory/state has its own entry and memory/ledger is "memory"."""
+    parts = [p.removesuffix(".py") for p in parts]
+    for n in range(len(parts), 0, -1):
+        key = "/".join(parts[:n])
+        if key in LAYERS:
+            return key
+    return parts[0]
+
+
 def _module_layer(path: pathlib.Path) -> tuple[str, int]:
-    rel = path.relative_to(ENGINE)
-    name = rel.parts[0].removesuffix(".py")
+    name = _layer_key(path.relative_to(ENGINE).parts)
     return name, LAYERS[name]
 
 
 def _engine_imports(path: pathlib.Path):
+    """The engine modules `path` imports, as LAYERS keys ("from .memory import state" names
+    memory/state, "from . import ledger" inside memory/ names memory)."""
     tree = ast.parse(path.read_text())
-    pkg_depth = len(path.relative_to(ENGINE).parts) - 1
+    rel = path.relative_to(ENGINE).parts
+    pkg_depth = len(rel) - 1
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level == 0:
-                if node.module and node.module.startswith("tinygrad_attn"):
-                    parts = node.module.split(".")[1:]
-                    yield from (parts[:1] or [a.name for a in node.names])
+                if not (node.module and node.module.startswith("tinygrad_attn")):
+                    continue
+                parts = node.module.split(".")[1:]
+            elif node.level - 1 > pkg_depth:  # levels above the package root
                 continue
-            up = node.level - 1 - pkg_depth  # levels above the package root
-            if up > 0:
-                continue
-            base = list(path.relative_to(ENGINE).parts[:-1])[: len(
-                path.relative_to(ENGINE).parts) - node.level]
-            parts = base + (node.module.split(".") if node.module else [])
-            if parts:
-                yield parts[0]
             else:
-                yield from (a.name for a in node.names)
+                parts = list(rel[:len(rel) - node.level]) + (
+                    node.module.split(".") if node.module else [])
+            for alias in node.names:  # an imported name may be a submodule (memory.state)
+                yield _layer_key(parts + [alias.name])
 
 
 def test_each_module_imports_only_lower_layers():
@@ -58,7 +70,6 @@ def test_each_module_imports_only_lower_layers():
     for path in sorted(ENGINE.rglob("*.py")):
         name, layer = _module_layer(path)
         for target in _engine_imports(path):
-            target = target.removesuffix(".py")
             if target not in LAYERS:
                 problems.append(f"{path.relative_to(ROOT)} imports unknown module {target}")
             elif LAYERS[target] > layer and (name, target) not in ALLOWED_UPWARD:
@@ -69,7 +80,7 @@ def test_each_module_imports_only_lower_layers():
 def test_only_backend_imports_numpy_or_cupy():
     offenders = []
     for path in sorted(ROOT.glob("tinygrad_attn/**/*.py")) + sorted(ROOT.glob("nn/**/*.py")):
-        if path.name == "backend.py" and path.parent == ENGINE:
+        if ENGINE / "backend" in path.parents:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
@@ -81,6 +92,15 @@ def test_only_backend_imports_numpy_or_cupy():
                 if n.split(".")[0] in ("numpy", "cupy", "cupyx"):
                     offenders.append(f"{path.relative_to(ROOT)}: import {n}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_ledger_state_and_scopes_import_nothing_from_the_engine():
+    """memory/state and memory/scopes sit below storage: they may import each other, nothing
+    else of the engine (so storage, autograd and checkpoint can import them without cycles)."""
+    for name in ("state", "scopes"):
+        path = ENGINE / "memory" / f"{name}.py"
+        targets = set(_engine_imports(path))
+        assert targets <= {"memory/state", "memory/scopes"}, (name, targets)
 
 
 def test_nn_uses_only_the_public_engine_api():

@@ -2,6 +2,7 @@
 
 import gc
 import tracemalloc
+import weakref
 
 import numpy as np
 import pytest
@@ -392,3 +393,64 @@ def test_limit_is_per_device(gpu_device):
         assert memory.live_bytes(device) == gpu_before + ok.nbytes
     assert memory.get_limit(device) is None
     del big_cpu, ok
+
+
+def _exps_then_tanhs():
+    """20 Exp nodes save 16 KiB each and are freed; then 40 Tanh nodes save 8 bytes each."""
+    x = ta.randn(64, 64, requires_grad=True)
+    small = ta.randn(2, requires_grad=True)
+    with memory.profile() as prof:
+        exps = [(x * 1.0).exp() for _ in range(20)]  # each Exp node saves its output
+        del exps
+        tanhs = [(small * 1.0).tanh() for _ in range(40)]
+        del tanhs
+    assert sum(e["kind"] == "save" for e in prof.events) == 60
+    saved = prof.summary()["saved_peak"]
+    assert saved["by_op"] == {"Exp": {"unique_bytes": 20 * 64 * 64 * 4,
+                                      "nominal_bytes": 20 * 64 * 64 * 4, "nodes": 20}}
+    assert {n["node"] for n in saved["nodes"]} == {"ExpBackward"}
+
+
+def test_nodes_are_told_apart_when_python_reuses_their_ids(monkeypatch):
+    """The ledger names a node by id(node), which Python reuses once the node dies; each
+    saved tensor must still be attributed to the node that saved it. Python reuses ids as
+    its allocator pleases, so the run is made twice: as it comes, and with ids handed out
+    the way a reusing allocator would (the next free number: the Tanh nodes get the ids of
+    the dead Exp nodes)."""
+    _exps_then_tanhs()
+    from tinygrad_attn.memory import tracker
+
+    live_ids = weakref.WeakKeyDictionary()  # node -> its id while it lives
+
+    def reusing_id(node):
+        if node not in live_ids:
+            live_ids[node] = len(live_ids)  # safe here: nodes die in batches, never mid-run
+        return live_ids[node]
+
+    monkeypatch.setattr(tracker, "id", reusing_id, raising=False)
+    _exps_then_tanhs()
+
+
+def test_labelled_sets_the_labels_and_restores_them():
+    from tinygrad_attn.memory import state
+
+    before = dict(state.current)
+    with state.labelled(scope="a.b", phase="optimizer"):
+        st = ta.zeros(1).untyped_storage()
+        assert (st.scope, st.phase) == ("a.b", "optimizer")
+        with pytest.raises(RuntimeError), state.labelled(scope="inner"):
+            assert memory.current_scope() == "inner"
+            raise RuntimeError("restored on the way out")
+        assert memory.current_scope() == "a.b"
+    assert state.current == before
+    with pytest.raises(KeyError, match="colour"):
+        state.labelled(colour="red")
+
+    @memory.phase("optimizer")
+    def step():
+        return memory.current_phase()
+
+    assert step() == "optimizer" and memory.current_phase() == before["phase"]
+    with memory.emulate(late_free=True):
+        assert state.habits["late_free"] is True
+    assert state.habits["late_free"] is False

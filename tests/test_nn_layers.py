@@ -428,3 +428,48 @@ def test_unregistered_module_called_in_forward_gets_a_fallback_name():
 
     y = Outer()(ta.randn(1, 2))
     assert y.untyped_storage().scope == "Linear"
+
+
+def test_checkpoint_recompute_is_named_as_its_forward():
+    """ta.checkpoint carries the scope of its call: a checkpointed function that calls
+    submodules reruns them in backward under the names they had in forward."""
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4, 4), nn.GELU())
+
+        def forward(self, x):
+            return ta.checkpoint(lambda t: self.body(t) * 2, x)
+
+    x = ta.randn(2, 4, requires_grad=True)
+    with ta.memory.profile() as prof:
+        Outer()(x).sum().backward()
+
+    def scopes(phase):
+        return {e["scope"] for e in prof.events if e["kind"] == "alloc" and e["phase"] == phase}
+
+    assert {"body.0", "body.1"} <= scopes("forward")
+    assert {"body.0", "body.1"} <= scopes("backward")
+    assert not any(s.startswith(("0", "1")) for s in scopes("backward"))
+
+
+def test_scope_name_and_scope_of_call_agree_with_the_running_scope():
+    model = nn.GPT(tiny_config())
+    block = model.transformer.h[1]
+    seen = {}
+    original = block.forward
+
+    def forward(x):
+        seen["running"] = ta.memory.current_scope()
+        seen["own"] = block.scope_name()
+        seen["child"] = ta.memory.scope_of_call(block.mlp)
+        return original(x)
+
+    block.forward = forward
+    model(ta.randint(0, 11, (1, 3)))
+    assert seen == {"running": "transformer.h.1", "own": "transformer.h.1",
+                    "child": "transformer.h.1.mlp"}
+    assert ta.memory.scope_of_call(block) == ""  # nothing running: a root call's scope
+    with ta.memory.scope("outer"):
+        assert ta.memory.scope_of_call(block) == "outer"

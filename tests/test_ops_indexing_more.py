@@ -13,7 +13,7 @@ import pytest
 from torch_rows import Case, arr, case_ids, check_case, randn
 
 import tinygrad_attn as ta
-from tinygrad_attn import storage as storage_mod
+from tinygrad_attn.memory import state as ledger_state
 
 I64, F32, B = np.int64, np.float32, np.bool_
 X = randn(3, 4)
@@ -241,11 +241,11 @@ class _Allocs:
 @contextlib.contextmanager
 def _count_allocs():
     obs = _Allocs()
-    storage_mod.observers.append(obs)
+    ledger_state.observers.append(obs)
     try:
         yield obs.allocs
     finally:
-        storage_mod.observers.remove(obs)
+        ledger_state.observers.remove(obs)
 
 
 VIEWS = {

@@ -9,7 +9,7 @@ import pytest
 import nn.optim as optim
 import nn.utils as nn_utils
 import tinygrad_attn as ta
-import tinygrad_attn.storage as ta_storage
+from tinygrad_attn.memory import state as ledger_state
 
 SHAPES = [(4, 5), (5,), (3, 2, 2)]
 
@@ -219,7 +219,7 @@ def test_steps_after_the_first_allocate_no_parameter_sized_storage(make, state_b
     live_before = ta.memory.live_bytes()
 
     watch = _BigAllocations(nbytes)
-    ta_storage.observers.append(watch)
+    ledger_state.observers.append(watch)
     try:
         for step_grads in grads[1:]:
             for p, g in zip(params, step_grads):
@@ -229,7 +229,7 @@ def test_steps_after_the_first_allocate_no_parameter_sized_storage(make, state_b
             assert [p.untyped_storage() for p in params] == storages  # updated in place
             assert not watch.live, "a parameter-sized temporary outlived the step"
     finally:
-        ta_storage.observers.remove(watch)
+        ledger_state.observers.remove(watch)
 
     assert len(watch.allocated) == temporaries * len(params) * 4, watch.allocated
     assert all(phase == "optimizer" for _, phase, _ in watch.allocated)

@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinygrad_attn as ta
-from tinygrad_attn import storage as storage_mod
+from tinygrad_attn.memory import state as ledger_state
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
 
 # ----------------------------------------------------------------------------- helpers
 class AllocCounter:
-    """Observer of Storage allocations (registered in tinygrad_attn.storage.observers)."""
+    """Observer of Storage allocations (registered in tinygrad_attn.memory.state.observers)."""
 
     def __init__(self):
         self.allocs = []
@@ -38,11 +38,11 @@ class AllocCounter:
 @contextlib.contextmanager
 def count_allocs():
     obs = AllocCounter()
-    storage_mod.observers.append(obs)
+    ledger_state.observers.append(obs)
     try:
         yield obs.allocs
     finally:
-        storage_mod.observers.remove(obs)
+        ledger_state.observers.remove(obs)
 
 
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple)

@@ -22,7 +22,7 @@ import itertools
 import weakref
 
 from . import backend
-from . import storage as storage_mod
+from .memory import state as ledger_state
 from .shape import index_geometry, view_strides
 from .tensor import Tensor, _ones_like_array, _zeros_array, from_array
 
@@ -114,7 +114,7 @@ class Node:
         tensors when this node's backward reads it.
         """
         saved = []
-        policies = storage_mod.policies
+        policies = ledger_state.policies
         for t in tensors:
             if t is None:
                 saved.append(None)
@@ -171,7 +171,7 @@ class Node:
 
     def release(self) -> None:
         if self._saved:
-            for obs in storage_mod.observers:
+            for obs in ledger_state.observers:
                 if hasattr(obs, "on_release"):
                     obs.on_release(self)
         self._saved = None
@@ -294,7 +294,7 @@ class Function:
                 ctx.next_functions, ctx.input_shapes = tuple(edges), tuple(shapes)
         else:
             ctx.needs_input_grad = (False,) * len(args)
-        current = storage_mod.current
+        current = ledger_state.current
         prev_op, prev_call = current["op"], current["call"]
         current["op"], current["call"] = cls.__name__, id(ctx)
         GradMode.enabled = False
@@ -308,7 +308,7 @@ class Function:
             ctx.scope = current["scope"]
             if ctx._saved:
                 _unlink_saved_outputs(ctx, out)
-                for obs in storage_mod.observers:
+                for obs in ledger_state.observers:
                     if hasattr(obs, "on_save"):
                         obs.on_save(ctx)
             if type(out) is Tensor:
@@ -362,7 +362,7 @@ class SliceGrad:
     def __init__(self, base_shape, index: tuple, grad: Tensor):
         self.base_shape, self.index, self.grad = base_shape, index, grad
         # the backward that made it, for the ledger when the buffer is allocated later
-        self.op, self.scope = storage_mod.current["op"], storage_mod.current["scope"]
+        self.op, self.scope = ledger_state.current["op"], ledger_state.current["scope"]
 
     @property
     def shape(self):
@@ -378,7 +378,7 @@ class SliceGrad:
 
     def materialize(self) -> Tensor:
         g = self.grad
-        current = storage_mod.current
+        current = ledger_state.current
         prev = current["op"], current["scope"]
         current["op"], current["scope"] = self.op, self.scope
         try:
@@ -401,7 +401,7 @@ class ReshapeGrad:
 
     def __init__(self, grad: Tensor, shape: tuple):
         self.grad, self.shape = grad, tuple(shape)
-        self.op, self.scope = storage_mod.current["op"], storage_mod.current["scope"]
+        self.op, self.scope = ledger_state.current["op"], ledger_state.current["scope"]
 
     def view_of(self, flat, shape, strides, offset):
         """An array with the gradient's own shape over (shape, strides, offset), or None."""
@@ -420,7 +420,7 @@ class ReshapeGrad:
         buffer._storage.version += 1
 
     def materialize(self) -> Tensor:
-        current = storage_mod.current
+        current = ledger_state.current
         prev = current["op"], current["scope"]
         current["op"], current["scope"] = self.op, self.scope
         try:
@@ -444,7 +444,7 @@ def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool) -> str:
     if cur is None:
         pending[nr], owned[nr] = g, is_owned
         return "first"
-    if not storage_mod.habits["inplace_grad_accumulation"]:  # the emulated habit
+    if not ledger_state.habits["inplace_grad_accumulation"]:  # the emulated habit
         a = cur.materialize() if type(cur) in _LAZY else cur
         b = g.materialize() if type(g) in _LAZY else g
         pending[nr] = from_array(a._array() + b._array(), "grad-accumulate")
@@ -487,7 +487,7 @@ def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None):
     and no leaf's .grad is touched (this is autograd.grad). Allocations made meanwhile are
     labelled phase "backward".
     """
-    current = storage_mod.current
+    current = ledger_state.current
     prev_phase = current["phase"]
     current["phase"] = "backward"
     try:
@@ -538,7 +538,7 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
                 )
             capture_at.setdefault(gradient_edge(t), []).append(i)
 
-    late_free = [] if storage_mod.habits["late_free"] else None
+    late_free = [] if ledger_state.habits["late_free"] else None
     slots: dict = {}  # node -> (pending gradients, owned flags), one entry per output
     for (node, nr), g in zip(edges, grad_roots):
         entry = slots.get(node)
@@ -614,7 +614,7 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
                     entry = slots[nxt] = _new_slots(nxt)
                 how = _accumulate(entry[0], entry[1], nr, g, is_owned)
                 if how != "first":
-                    for obs in storage_mod.observers:
+                    for obs in ledger_state.observers:
                         if hasattr(obs, "on_accumulate"):
                             obs.on_accumulate(nxt, nr, how, base.nbytes)
             deps[nxt] -= 1
@@ -659,7 +659,7 @@ def _call_backward(node: Node, grads: list):
             if g is None:
                 shape, dtype, device = node._outputs_meta[i]
                 grads[i] = from_array(_zeros_array(shape, dtype, device))
-    current = storage_mod.current
+    current = ledger_state.current
     prev = current["op"], current["scope"], current["call"]
     current["op"], current["scope"], current["call"] = node.name, node.scope, id(node)
     prev_mode = GradMode.enabled

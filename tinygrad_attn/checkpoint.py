@@ -7,12 +7,18 @@ the checkpoint node saves only the tensor arguments. Backward restores the RNG s
 forward saw (so dropout draws the same masks), reruns `block` with recording on, and
 backpropagates through that fresh graph: into the arguments (returned) and into whatever
 parameters `block` used (accumulated into their .grad, as any backward does).
+
+The ledger sees the checkpoint where it sees the call: the node sits in the scope a plain
+call of `block` would run in ("transformer.h.3" for a GPT block), and the recompute runs
+inside the module calls that were running in forward, so it is named as the forward was.
 """
 
 from __future__ import annotations
 
 from .autograd import Function, backward, enable_grad
 from .creation import default_generator
+from .memory import scopes as ledger_scopes
+from .memory import state as ledger_state
 from .ops.registry import op
 from .tensor import Tensor
 
@@ -27,6 +33,7 @@ class Checkpoint(Function):
         ctx.save_for_backward(*[a for a in args if type(a) is Tensor])
         ctx.positions = [i for i, a in enumerate(args) if type(a) is Tensor]
         ctx.others = args
+        ctx.module_calls = ledger_scopes.running_calls()
         out = fn(*args)
         if type(out) is not Tensor:
             raise TypeError(
@@ -47,7 +54,7 @@ class Checkpoint(Function):
         now = default_generator.get_state()
         default_generator.set_state(ctx.rng_state)
         try:
-            with enable_grad():
+            with enable_grad(), ledger_scopes.resume_calls(ctx.module_calls):
                 out = ctx.block(*args)
         finally:
             default_generator.set_state(now)
@@ -67,4 +74,5 @@ def checkpoint(fn, *args) -> Tensor:
     """
     if not callable(fn):
         raise TypeError(f"checkpoint: first argument must be callable, got {type(fn).__name__}")
-    return Checkpoint.apply(fn, *args)
+    with ledger_state.labelled(scope=ledger_scopes.scope_of_call(fn)):
+        return Checkpoint.apply(fn, *args)

@@ -4,6 +4,10 @@ Every array the engine allocates becomes exactly one Storage. Tensors are stride
 over a Storage; views never create one. A Storage carries a version counter that every
 in-place write bumps, shared by all tensors viewing it, so a saved tensor can tell that its
 values changed after it was saved.
+
+Each Storage reads who is allocating it (op, phase, scope, category) from the ledger's
+state (tinygrad_attn/memory/state.py), updates its live/peak byte counts, checks the
+emulated device limit and tells the observers there.
 """
 
 from __future__ import annotations
@@ -11,38 +15,9 @@ from __future__ import annotations
 import itertools
 
 from . import backend
+from .memory import state as ledger_state  # the ledger's tables (pure Python, no cycle)
 
 _ids = itertools.count(1)
-
-# Who is allocating right now: the op being run (set by autograd.Function.apply) and why a
-# copy is being made (set by the copying ops). The memory ledger reads these.
-current = {"op": None, "call": None, "phase": "other", "scope": "", "category": None}
-
-# Habits of other engines that ta.memory.emulate() switches on, so the cost of each can be
-# measured inside this one engine (see memory.emulate for what each does).
-habits = {"permute_copies": False, "inplace_grad_accumulation": True,
-          "slice_grad_full": False, "late_free": False}
-
-# Save-or-recompute policy of the ops whose output is cheap to rebuild (ta.memory.save_policy).
-# "recompute": a later node that needs such an op's output keeps a recipe (the producing node,
-# whose own saved tensors suffice to rebuild it) instead of the output itself.
-policies = {"softmax": "save", "gelu": "save", "layer_norm": "save"}
-
-# Emulated device sizes (ta.memory.set_limit), per device: an allocation past one raises
-# OutOfMemoryError. `oom_report` (installed by the memory module) describes what holds
-# memory on that device at that moment.
-limit: dict[str, int] = {}
-oom_report = [None]
-
-# Cheap always-on accounting: bytes live per device and the high-water mark.
-live_bytes: dict[str, int] = {}
-peak_bytes: dict[str, int] = {}
-
-# Observers get on_alloc(storage) and on_free(storage); if they define them, also
-# on_save(node), on_release(node) (saved tensors kept / freed by a graph node) and
-# on_accumulate(node, output_nr, how, nbytes) (a gradient summed in backward). The memory
-# ledger registers here.
-observers: list = []
 
 
 class Storage:
@@ -54,11 +29,13 @@ class Storage:
 
     def __init__(self, buffer, device: str, dtype, copy_reason: str | None = None,
                  shape=None) -> None:
+        ledger = ledger_state
         nbytes = buffer.nbytes
-        live = live_bytes.get(device, 0) + nbytes
-        cap = limit.get(device) if limit else None
+        live = ledger.live_bytes.get(device, 0) + nbytes
+        cap = ledger.limit.get(device) if ledger.limit else None
         if cap is not None and live > cap:
             raise _out_of_memory(nbytes, device, dtype, shape, live - nbytes, cap)
+        current = ledger.current
         self.buffer = buffer  # 1-D array (numpy or cupy) of the whole allocation
         self.device = device
         self.dtype = dtype
@@ -73,16 +50,16 @@ class Storage:
         self.category = current["category"]  # parameter, gradient, optimizer_state, ... or None
         self.copy_reason = copy_reason  # set when the bytes come from pure data movement
         self.call = current["call"]  # which op invocation allocated it (id of its node)
-        live_bytes[device] = live
-        if live > peak_bytes.get(device, 0):
-            peak_bytes[device] = live
-        for obs in observers:
+        ledger.live_bytes[device] = live
+        if live > ledger.peak_bytes.get(device, 0):
+            ledger.peak_bytes[device] = live
+        for obs in ledger.observers:
             obs.on_alloc(self)
 
     def __del__(self) -> None:
         try:
-            live_bytes[self.device] -= self.nbytes
-            for obs in observers:
+            ledger_state.live_bytes[self.device] -= self.nbytes
+            for obs in ledger_state.observers:
                 obs.on_free(self)
         except Exception:  # noqa: BLE001 - interpreter shutdown: module globals may be gone
             pass
@@ -103,23 +80,16 @@ class Storage:
 def _out_of_memory(nbytes, device, dtype, shape, live, cap):
     from .errors import OutOfMemoryError
 
+    current, report = ledger_state.current, ledger_state.oom_report[0]
     what = f"{nbytes} bytes ({dtype.name}{list(shape) if shape is not None else ''})"
     msg = (
         f"out of memory on {device} (emulated limit {cap} bytes): {current['op'] or 'an op'} "
         f"tried to allocate {what} with {live} bytes live in phase {current['phase']}"
         + (f", scope {current['scope']}" if current["scope"] else "")
     )
-    if oom_report[0] is not None:
-        msg += "\n" + oom_report[0](device)
+    if report is not None:
+        msg += "\n" + report(device)
     return OutOfMemoryError(msg)
-
-
-def live(device: str = "cpu") -> int:
-    return live_bytes.get(device, 0)
-
-
-def reset_peak(device: str = "cpu") -> None:
-    peak_bytes[device] = live_bytes.get(device, 0)
 
 
 def wrap_array(arr, copy_reason: str | None = None):

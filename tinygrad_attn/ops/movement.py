@@ -12,7 +12,7 @@ from .. import backend
 from .. import shape as shp
 from ..autograd import Function, ReshapeGrad, SliceGrad
 from ..errors import ShapeError
-from ..storage import habits
+from ..memory.state import habits  # a table mutated in place, never rebound
 from ..tensor import Tensor, _make, from_array
 from .indexing import AdvancedIndex, advanced_index
 from .registry import op

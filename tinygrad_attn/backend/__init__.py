@@ -1,0 +1,89 @@
+"""Array backends: NumPy on "cpu", CuPy on "cuda[:N]".
+
+This package is the only place in the project that imports numpy or cupy. Everything above
+it asks for the array namespace of a device (`xp_for`) and for the few operations whose
+spelling differs between the two libraries (strided views, scatter-add, erf, RNG, DLPack).
+
+    dtypes       DType, the dtype table, to_dtype, dtype_of, result_type
+    devices      canonical_device, xp_for, on_device, synchronize, CUDA availability, and
+                 the array-module install hook the fake-CuPy tests use
+    layout       flat buffers, strided views, copies, host/device transfer, asarray, DLPack
+    kernels      the NumPy reference kernels (scatter/index add, masked_fill, erf, gelu,
+                 AdamW); where compiled and CuPy kernels will go
+    random       Generator, one seeded stream per device
+    host_memory  what the allocators hold: glibc's malloc and CuPy's pool
+
+The names below are the backend's API (`backend.xp_for(...)`, `backend.float32`).
+"""
+
+from __future__ import annotations
+
+from . import devices
+from .devices import (  # noqa: F401
+    _install_array_module,
+    canonical_device,
+    cuda_device_count,
+    cuda_is_available,
+    device_of,
+    is_array,
+    on_device,
+    synchronize,
+    xp_for,
+)
+from .dtypes import (  # noqa: F401 - _dtype_by_name: pickled DTypes made before the split
+    DTYPES,
+    DType,
+    _dtype_by_name,
+    bool_,
+    dtype_of,
+    float16,
+    float32,
+    float64,
+    int8,
+    int32,
+    int64,
+    result_type,
+    to_dtype,
+    uint8,
+)
+from .host_memory import (  # noqa: F401
+    keep_freed_host_memory,
+    keeps_freed_host_memory,
+    pool_tracker,
+    release_host_memory,
+    reserved_bytes,
+)
+from .kernels import (  # noqa: F401
+    adamw_update,
+    erf,
+    gelu_backward,
+    gelu_cdf,
+    gelu_forward,
+    index_add,
+    masked_fill,
+    scatter_add,
+)
+from .layout import (  # noqa: F401
+    asarray,
+    ascontiguous,
+    copy,
+    data_ptr,
+    ensure_array,
+    flat_buffer,
+    from_dlpack,
+    span_view,
+    strided,
+    to_device,
+    to_host,
+)
+from .random import Generator  # noqa: F401
+
+# `cp` (the GPU array library) and `ndarray_types` are rebound by _install_array_module, so
+# they are not copied here, where the copy would go stale: `backend.cp` reads the live one.
+_LIVE_IN_DEVICES = ("cp", "ndarray_types")
+
+
+def __getattr__(name: str):
+    if name in _LIVE_IN_DEVICES:
+        return getattr(devices, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
