@@ -16,6 +16,7 @@ from . import (  # noqa: F401
     math,
     movement,
     nn,
+    norm,
     reduce,
     scan,
     shaping,
