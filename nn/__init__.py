@@ -26,6 +26,18 @@ from .activations import (
     Softsign,
     Tanh,
 )
+from .conv import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    Conv1d,
+    Conv2d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    MaxPool1d,
+    MaxPool2d,
+)
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
 from .layers import GELU, Dropout, Embedding, LayerNorm, Linear, ReLU
 from .losses import (
@@ -59,6 +71,8 @@ __all__ = [
     "SiLU", "Softmax", "LogSoftmax", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
     "KLDivLoss", "BCELoss", "BCEWithLogitsLoss", "NLLLoss", "CrossEntropyLoss",
     "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "Identity", "Flatten", "Unflatten",
+    "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxPool2d",
+    "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
 ]
 
 from . import data, init, optim, utils  # noqa: E402

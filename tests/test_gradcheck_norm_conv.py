@@ -33,6 +33,26 @@ ROWS = {
         [(3, 4, 2, 2), (4,), (4,)]),
     "normalize": (lambda x: F.normalize(x), [(3, 4, 5)]),
     "normalize_p1": (lambda x: F.normalize(x, 1.0, dim=-1), [(3, 4)]),
+    "conv1d": (lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2),
+               [(2, 4, 7), (3, 4, 2), (3,)]),
+    "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), [(2, 4, 4, 3), (3, 4, 2, 2), (3,)]),
+    "conv2d_strided_groups": (lambda x, w: F.conv2d(x, w, stride=(2, 1), dilation=(1, 2),
+                                                    groups=2), [(2, 4, 5, 5), (4, 2, 2, 2)]),
+    "conv_transpose1d": (lambda x, w: F.conv_transpose1d(x, w, stride=2, output_padding=1),
+                         [(2, 4, 3), (4, 3, 2)]),
+    "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(
+        x, w, b, stride=2, padding=1, output_padding=(1, 0), groups=2, dilation=(1, 2)),
+        [(2, 4, 3, 3), (4, 1, 3, 2), (2,)]),
+    "max_pool1d": (lambda x: F.max_pool1d(x, 3, 2, padding=1, ceil_mode=True), [(2, 3, 6)]),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 2), [(2, 3, 4, 4)]),
+    "max_pool2d_overlapping": (lambda x: F.max_pool2d(x, 3, 2, 1, dilation=(1, 2)),
+                               [(2, 3, 5, 6)]),
+    "avg_pool1d": (lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                   [(2, 3, 6)]),
+    "avg_pool2d": (lambda x: F.avg_pool2d(x, (3, 2), 2, (1, 0), ceil_mode=True),
+                   [(2, 3, 5, 4)]),
+    "adaptive_avg_pool1d": (lambda x: F.adaptive_avg_pool1d(x, 4), [(2, 3, 7)]),
+    "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (3, 2)), [(2, 3, 5, 5)]),
 }
 
 

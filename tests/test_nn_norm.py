@@ -61,6 +61,7 @@ ROWS = {
              layout="transposed"),
         Case(lambda lib, x: _f(lib).group_norm(x, 1), (randn(2, 4, 3, 2),), layout="sliced"),
         Case(lambda lib, x: _f(lib).group_norm(x, 2), (X3.astype(F32),)),
+        Case(lambda lib, x: _f(lib).group_norm(x, 2), (randn(0, 4, 3),)),
         Case(lambda lib, x: _f(lib).group_norm(x, 3), (X3,), raises=RuntimeError),
         Case(lambda lib, x, w: _f(lib).group_norm(x, 2, w), (X3, randn(3)),
              raises=RuntimeError),

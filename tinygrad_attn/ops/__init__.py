@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     activations,
     attention,
     contraction,
+    conv,
     elementwise,
     index_write,
     indexing,

@@ -142,13 +142,13 @@ class GroupNorm(Function):
         _param_shape("group_norm", "bias", bias, (C,))
         xp = backend.xp_for(x.device)
         N = x.shape[0]
-        grouped = x._array().reshape(N, num_groups, -1)  # (N, G, C/G * positions)
+        ctx.groups = (N, num_groups, x.numel() // max(N * num_groups, 1))
+        grouped = x._array().reshape(ctx.groups)  # (N, G, C/G * positions)
         mean = xp.mean(grouped, axis=2, keepdims=True)
         xhat = grouped - mean
         var = xp.mean(xp.square(xhat), axis=2, keepdims=True)
         rstd = 1.0 / xp.sqrt(var + eps)
         xhat *= rstd
-        ctx.groups = (N, num_groups)
         ctx.save_for_backward(x, from_array(mean), from_array(rstd), weight)
         return from_array(_affine(xp, xhat.reshape(x.shape), weight, bias))
 
@@ -158,14 +158,14 @@ class GroupNorm(Function):
         xp = backend.xp_for(g.device)
         G = g._array()
         rstd = rstd_t._array()
-        xhat = (x._array().reshape(ctx.groups + (-1,)) - mean_t._array()) * rstd
+        xhat = (x._array().reshape(ctx.groups) - mean_t._array()) * rstd
         xhat = xhat.reshape(G.shape)
         axes = (0,) + tuple(range(2, G.ndim))
         gw, gb = _affine_grads(ctx, xp, G, xhat, axes)
         gx = None
         if ctx.needs_input_grad[0]:
             gh = G * _channel_view(weight._array(), G.ndim) if weight is not None else G.copy()
-            gh = gh.reshape(ctx.groups + (-1,))
+            gh = gh.reshape(ctx.groups)
             xhat = xhat.reshape(gh.shape)
             m2 = xp.mean(gh * xhat, axis=2, keepdims=True)
             gh -= xp.mean(gh, axis=2, keepdims=True)
