@@ -158,7 +158,7 @@ def test_conv_copies_the_columns_once_and_records_why():
     assert node.saved_tensors[0] is x and node.saved_tensors[1] is w  # no new saved bytes
     with ta.memory.profile() as prof:
         ta.functional.conv2d(x, w, padding=1)
-    assert [c["reason"] for c in prof.summary()["copies"]] == ["conv-pad", "im2col"]
+    assert [c["reason"] for c in prof.summary()["copies"]] == ["window-pad", "im2col"]
 
 
 def test_pools_read_the_input_through_views_without_copies():

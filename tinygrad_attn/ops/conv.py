@@ -5,7 +5,7 @@ kernel K, stride s and dilation d, the view of shape (N, C, *K, *out) with strid
 (sN, sC, *(d * sS), *(s * sS)) reads every window without copying a byte (`_windows`).
 Pools reduce that view directly. A convolution needs it as a GEMM operand, and that is
 the one copy it makes: the columns (N, C, *K, *out), recorded in the ledger with the reason
-'im2col'. Explicit padding is another recorded copy ('conv-pad', input-sized) only when
+'im2col'. Explicit padding is another recorded copy ('window-pad', input-sized) only when
 padding is asked for. The backward of a window view is its adjoint: each kernel offset's
 slice of the window view of a zeroed gradient buffer accumulates its gradient (`_col2im`);
 within one offset the slices never overlap, so each is a plain in-place add.
@@ -19,7 +19,7 @@ import math
 from .. import backend
 from ..autograd import Function
 from ..errors import ShapeError
-from ._util import check_same_device, from_array
+from ._util import Tensor, check_same_device, from_array
 from .registry import op
 
 
@@ -62,18 +62,27 @@ def _windows(arr, geo: _Geometry):
 
 
 def _padded(xp, X, geo: _Geometry, value=0):
-    """X itself, or X inside a fresh buffer filled with `value` (recorded as 'conv-pad')."""
+    """X itself, or a Tensor holding X inside a fresh buffer filled with `value` (recorded as
+    'window-pad'; the caller keeps the Tensor while it reads the array, so the ledger counts
+    the buffer for as long as it lives)."""
     if not geo.padded_any:
         return X
     buf = xp.full(X.shape[:2] + geo.padded, value, dtype=X.dtype)
     buf[(slice(None), slice(None)) + geo.crop()] = X
-    return from_array(buf, "conv-pad")._array()
+    return from_array(buf, "window-pad")
 
 
-def _im2col(xp, X, geo: _Geometry):
-    """The columns (N, C, *kernel, *out) of X, one contiguous copy of its window view."""
-    cols = backend.copy(_windows(_padded(xp, X, geo), geo))
-    return from_array(cols, "im2col")._array()
+def _array_of(source):
+    return source._array() if type(source) is Tensor else source
+
+
+def _im2col(xp, X, geo: _Geometry) -> Tensor:
+    """The columns (N, C, *kernel, *out) of X: one contiguous copy of its window view, as a
+    Tensor recorded as 'im2col' (hold it while its array is in use)."""
+    padded = _padded(xp, X, geo)
+    cols = backend.copy(_windows(_array_of(padded), geo))
+    del padded
+    return from_array(cols, "im2col")
 
 
 def _col2im(xp, cols, geo: _Geometry, dtype):
@@ -168,9 +177,11 @@ class Conv(Function):
         ctx.groups = groups
         N, O = X.shape[0], weight.shape[0]
         CK = weight.shape[1] * math.prod(kernel)  # per group: C/G * prod(K)
-        cols = _im2col(xp, X, ctx.geo).reshape(N, groups, CK, math.prod(out))
+        cols_t = _im2col(xp, X, ctx.geo)
+        cols = cols_t._array().reshape(N, groups, CK, math.prod(out))
         W = weight._array().reshape(groups, O // groups, CK)
         y = xp.matmul(W, cols).reshape((N, O) + out)  # (N, G, O/G, L) -> (N, O, *out)
+        del cols, cols_t
         if bias is not None:
             y += bias._array().reshape((O,) + (1,) * n)
         ctx.save_for_backward(x, weight)
@@ -192,10 +203,11 @@ class Conv(Function):
             gb = from_array(G.sum(axis=(0, 3)).reshape(O))
         if nw:
             X, _ = _batched(x._array(), len(geo.out))
-            cols = _im2col(xp, X, geo).reshape(N, groups, CK, L)
+            cols_t = _im2col(xp, X, geo)
+            cols = cols_t._array().reshape(N, groups, CK, L)
             gw = from_array(xp.matmul(G, cols.swapaxes(-1, -2)).sum(axis=0)
                             .reshape(weight.shape))
-            del cols
+            del cols, cols_t
         if nx:
             gcols = xp.matmul(W.swapaxes(-1, -2), G)  # (N, G, C/G * K, L)
             C = weight.shape[1] * groups
@@ -290,7 +302,8 @@ class ConvTranspose(Function):
             gb = from_array(G.sum(axis=(0,) + tuple(range(2, G.ndim))))
         if nx or nw:
             CK, L_in = weight.shape[1] * math.prod(geo.kernel), math.prod(geo.out)
-            cols = _im2col(xp, G, geo).reshape(N, groups, CK, L_in)
+            cols_t = _im2col(xp, G, geo)
+            cols = cols_t._array().reshape(N, groups, CK, L_in)
             if nw:
                 X, _ = _batched(x._array(), n)
                 Xg = X.reshape(N, groups, C_in // groups, L_in)
@@ -381,7 +394,8 @@ class MaxPool(Function):
         xp = backend.xp_for(x.device)
         X, ctx.unbatched = _batched(x._array(), n)
         low = -math.inf if x.dtype.is_floating_point else xp.iinfo(X.dtype).min
-        view = _windows(_padded(xp, X, geo, low), geo)
+        padded = _padded(xp, X, geo, low)
+        view = _windows(_array_of(padded), geo)
         lead = (slice(None), slice(None))
         offsets = list(itertools.product(*(range(k) for k in kernel)))
         arg_dtype = xp.uint8 if len(offsets) <= 256 else xp.int64
@@ -496,7 +510,8 @@ class AvgPool(Function):
             raise RuntimeError(f"{op_name}: divisor must be not zero")
         xp = backend.xp_for(x.device)
         X, ctx.unbatched = _batched(x._array(), n)
-        view = _windows(_padded(xp, X, geo), geo)
+        padded = _padded(xp, X, geo)
+        view = _windows(_array_of(padded), geo)
         total = view.sum(axis=tuple(range(2, 2 + n)))
         ctx.divisor = (count_include_pad, divisor_override)
         div = _divisor(xp, geo, ctx.divisor, total.dtype)
