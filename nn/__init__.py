@@ -26,6 +26,18 @@ from .activations import (
     Softsign,
     Tanh,
 )
+from .conv import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    Conv1d,
+    Conv2d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    MaxPool1d,
+    MaxPool2d,
+)
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
 from .layers import GELU, Dropout, Embedding, LayerNorm, Linear, ReLU
 from .losses import (
@@ -40,6 +52,15 @@ from .losses import (
     SmoothL1Loss,
 )
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
+from .norm import (
+    BatchNorm1d,
+    BatchNorm2d,
+    Flatten,
+    GroupNorm,
+    Identity,
+    RMSNorm,
+    Unflatten,
+)
 
 __all__ = [
     "Module", "Parameter", "Sequential", "ModuleList", "ModuleDict",
@@ -49,9 +70,12 @@ __all__ = [
     "Hardsigmoid", "Hardtanh", "ReLU6", "LogSigmoid", "Softmin", "GLU", "Sigmoid", "Tanh",
     "SiLU", "Softmax", "LogSoftmax", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
     "KLDivLoss", "BCELoss", "BCEWithLogitsLoss", "NLLLoss", "CrossEntropyLoss",
+    "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "Identity", "Flatten", "Unflatten",
+    "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxPool2d",
+    "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
 ]
 
-from . import data, optim, utils  # noqa: E402
+from . import data, init, optim, utils  # noqa: E402
 from .serialization import load, load_metadata, save  # noqa: E402
 
-__all__ += ["optim", "utils", "data", "save", "load", "load_metadata"]
+__all__ += ["init", "optim", "utils", "data", "save", "load", "load_metadata"]

@@ -36,6 +36,8 @@ DIFFERENCES = {
                       "index.shape)",
     "vector_norm": "ord=0 gives a zero gradient where torch gives none",
     "norm": "matrix norms (p='nuc', ...) are not implemented; 'fro' is the 2-norm",
+    "rms_norm": "normalized_shape may also be an int (torch's functional form wants a list)",
+    "conv/ConvNd": "padding_mode other than 'zeros' is not implemented",
 }
 
 

@@ -1,0 +1,280 @@
+"""Normalization ops beside layer_norm: rms_norm, group_norm, batch_norm, normalize.
+
+rms_norm, group_norm and batch_norm are fused nodes that save the input x and one or two
+statistics per row / group / channel, and rebuild xhat = (x - mean) * rstd in backward.
+Saving x costs no new buffer (it is the producer's output, alive while this node holds
+it), where saving xhat would allocate one of x's size; the price is one subtraction and
+one multiplication in backward.
+"""
+
+from __future__ import annotations
+
+from .. import backend
+from ..autograd import Function
+from ..errors import ShapeError
+from ._util import check_same_device, from_array
+from .elementwise import Clamp, Div
+from .registry import op
+from .stats import VectorNorm
+
+
+def _float_input(op_name: str, x) -> None:
+    if not x.dtype.is_floating_point:
+        raise NotImplementedError(f'"{op_name}" not implemented for {x.dtype.name} (input of '
+                                  f"shape {tuple(x.shape)}); use a floating point tensor")
+
+
+def _same_dtype(op_name: str, x, *others) -> None:
+    for t in others:
+        if t is not None and t.dtype != x.dtype:
+            raise RuntimeError(f"{op_name}: expected all tensors of dtype {x.dtype.name}, got "
+                               f"{t.dtype.name} (shape {tuple(t.shape)})")
+
+
+def _param_shape(op_name, name, p, shape):
+    if p is not None and tuple(p.shape) != tuple(shape):
+        raise ShapeError(f"{op_name}: {name} of shape {tuple(p.shape)} must have shape "
+                         f"{tuple(shape)}")
+
+
+class RMSNorm(Function):
+    """y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps) over the normalized dims;
+    gx = rstd * (gh - xhat * mean(gh * xhat)) with gh = g * weight, xhat = x * rstd;
+    gw = sum(g * xhat) over the leading dims.
+
+    Saves the input x, rstd (one value per row) and the weight: x is alive anyway (in a
+    transformer it is the residual stream), so only the rows' rstd is new; xhat is
+    rebuilt in backward (one multiplication) instead of kept as an x-sized buffer.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, normalized_shape, eps):
+        check_same_device("rms_norm", x, weight)
+        _float_input("rms_norm", x)
+        _same_dtype("rms_norm", x, weight)
+        n = len(normalized_shape)
+        if n == 0 or tuple(x.shape[x.ndim - n:]) != tuple(normalized_shape) or n > x.ndim:
+            raise ShapeError(f"rms_norm: input of shape {tuple(x.shape)} does not end with "
+                             f"the normalized shape {tuple(normalized_shape)}")
+        _param_shape("rms_norm", "weight", weight, normalized_shape)
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        if eps is None:
+            eps = float(xp.finfo(X.dtype).eps)
+        ctx.axes = tuple(range(x.ndim - n, x.ndim))
+        rstd = xp.mean(xp.square(X), axis=ctx.axes, keepdims=True)
+        rstd += eps
+        rstd = 1.0 / xp.sqrt(rstd)
+        y = X * rstd
+        if weight is not None:
+            y *= weight._array()
+        ctx.save_for_backward(x, from_array(rstd), weight)
+        return from_array(y)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, rstd_t, weight = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        G, rstd = g._array(), rstd_t._array()
+        xhat = x._array() * rstd
+        gx = gw = None
+        if ctx.needs_input_grad[1]:
+            gw = from_array(xp.sum(G * xhat, axis=tuple(range(G.ndim - len(ctx.axes)))))
+        if ctx.needs_input_grad[0]:
+            gh = G * weight._array() if weight is not None else G.copy()
+            m = xp.mean(gh * xhat, axis=ctx.axes, keepdims=True)
+            xhat *= m
+            gh -= xhat
+            gh *= rstd
+            gx = from_array(gh)
+        return gx, gw
+
+
+@op(RMSNorm, functional=True)
+def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002 - torch's name
+    """RMS normalization over the last len(normalized_shape) dims (eps None: the dtype's
+    machine epsilon, as torch)."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    return RMSNorm.apply(input, weight, tuple(normalized_shape), eps)
+
+
+def _channel_view(arr, ndim):
+    """A (C,) parameter shaped (1, C, 1, ...) to broadcast against (N, C, *)."""
+    return arr.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def _affine(xp, xhat, weight, bias):
+    """xhat * weight + bias per channel (dim 1), written into xhat's buffer."""
+    if weight is not None:
+        xhat *= _channel_view(weight._array(), xhat.ndim)
+    if bias is not None:
+        xhat += _channel_view(bias._array(), xhat.ndim)
+    return xhat
+
+
+def _affine_grads(ctx, xp, G, xhat, axes):
+    gw = from_array(xp.sum(G * xhat, axis=axes)) if ctx.needs_input_grad[1] else None
+    gb = from_array(xp.sum(G, axis=axes)) if ctx.needs_input_grad[2] else None
+    return gw, gb
+
+
+class GroupNorm(Function):
+    """Per sample, the C channels in num_groups groups: xhat = (x - mean) * rstd over each
+    group's channels and positions, y = xhat * weight + bias per channel;
+    gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) over each group, gh = g * weight;
+    gw = sum(g * xhat), gb = sum(g) over the batch and positions.
+
+    Saves the input x, mean and rstd (N * num_groups values each) and the weight; xhat is
+    rebuilt in backward rather than kept as an x-sized buffer.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, num_groups, eps):
+        check_same_device("group_norm", x, weight, bias)
+        _float_input("group_norm", x)
+        _same_dtype("group_norm", x, weight, bias)
+        if x.ndim < 2 or num_groups <= 0 or x.shape[1] % num_groups:
+            raise ShapeError(f"group_norm: expected an input (N, C, *) with C divisible by "
+                             f"num_groups={num_groups}, got shape {tuple(x.shape)}")
+        C = x.shape[1]
+        _param_shape("group_norm", "weight", weight, (C,))
+        _param_shape("group_norm", "bias", bias, (C,))
+        xp = backend.xp_for(x.device)
+        N = x.shape[0]
+        ctx.groups = (N, num_groups, x.numel() // max(N * num_groups, 1))
+        grouped = x._array().reshape(ctx.groups)  # (N, G, C/G * positions)
+        mean = xp.mean(grouped, axis=2, keepdims=True)
+        xhat = grouped - mean
+        var = xp.mean(xp.square(xhat), axis=2, keepdims=True)
+        rstd = 1.0 / xp.sqrt(var + eps)
+        xhat *= rstd
+        ctx.save_for_backward(x, from_array(mean), from_array(rstd), weight)
+        return from_array(_affine(xp, xhat.reshape(x.shape), weight, bias))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, mean_t, rstd_t, weight = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        G = g._array()
+        rstd = rstd_t._array()
+        xhat = (x._array().reshape(ctx.groups) - mean_t._array()) * rstd
+        xhat = xhat.reshape(G.shape)
+        axes = (0,) + tuple(range(2, G.ndim))
+        gw, gb = _affine_grads(ctx, xp, G, xhat, axes)
+        gx = None
+        if ctx.needs_input_grad[0]:
+            gh = G * _channel_view(weight._array(), G.ndim) if weight is not None else G.copy()
+            gh = gh.reshape(ctx.groups)
+            xhat = xhat.reshape(gh.shape)
+            m2 = xp.mean(gh * xhat, axis=2, keepdims=True)
+            gh -= xp.mean(gh, axis=2, keepdims=True)
+            xhat *= m2
+            gh -= xhat
+            gh *= rstd
+            gx = from_array(gh.reshape(G.shape))
+        return gx, gw, gb
+
+
+@op(GroupNorm, functional=True)
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A002
+    return GroupNorm.apply(input, weight, bias, int(num_groups), eps)
+
+
+class BatchNorm(Function):
+    """Per channel (dim 1) over the batch and positions: xhat = (x - mean) * rstd,
+    y = xhat * weight + bias. Training: batch statistics, and the running statistics (if
+    given) move by momentum toward the batch mean and the unbiased batch variance;
+    gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * weight. Evaluation:
+    the running statistics are constants, gx = gh * rstd. gw = sum(g * xhat), gb = sum(g).
+
+    Saves the input x, mean and rstd (one value per channel each) and the weight; xhat is
+    rebuilt in backward rather than kept as an x-sized buffer.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+        check_same_device("batch_norm", x, weight, bias, running_mean, running_var)
+        _float_input("batch_norm", x)
+        _same_dtype("batch_norm", x, weight, bias)
+        if x.ndim < 2:
+            raise ShapeError(f"batch_norm: expected an input (N, C, *), got shape "
+                             f"{tuple(x.shape)}")
+        C = x.shape[1]
+        for name, p in (("weight", weight), ("bias", bias), ("running_mean", running_mean),
+                        ("running_var", running_var)):
+            _param_shape("batch_norm", name, p, (C,))
+        xp = backend.xp_for(x.device)
+        X = x._array()
+        axes = (0,) + tuple(range(2, x.ndim))
+        count = x.numel() // C if C else 0
+        if training:
+            if count <= 1:
+                raise ValueError(f"batch_norm: expected more than 1 value per channel when "
+                                 f"training, got input of shape {tuple(x.shape)}")
+            mean = xp.mean(X, axis=axes, keepdims=True)
+            xhat = X - mean
+            var = xp.mean(xp.square(xhat), axis=axes, keepdims=True)
+            with backend.on_device(x.device):
+                _update_running(running_mean, mean, momentum)
+                _update_running(running_var, var * (count / (count - 1)), momentum)
+        else:
+            if running_mean is None or running_var is None:
+                raise ValueError("batch_norm: running_mean and running_var must be given "
+                                 "when training=False")
+            mean = _channel_view(running_mean._array(), x.ndim).astype(X.dtype)
+            var = _channel_view(running_var._array(), x.ndim).astype(X.dtype)
+            xhat = X - mean
+        rstd = 1.0 / xp.sqrt(var + eps)
+        xhat *= rstd
+        ctx.training = training
+        ctx.save_for_backward(x, from_array(mean), from_array(rstd), weight)
+        return from_array(_affine(xp, xhat, weight, bias))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, mean_t, rstd_t, weight = ctx.saved_tensors
+        xp = backend.xp_for(g.device)
+        G, rstd = g._array(), rstd_t._array()
+        xhat = (x._array() - mean_t._array()) * rstd
+        axes = (0,) + tuple(range(2, G.ndim))
+        gw, gb = _affine_grads(ctx, xp, G, xhat, axes)
+        gx = None
+        if ctx.needs_input_grad[0]:
+            gh = G * _channel_view(weight._array(), G.ndim) if weight is not None else G.copy()
+            if ctx.training:
+                m2 = xp.mean(gh * xhat, axis=axes, keepdims=True)
+                gh -= xp.mean(gh, axis=axes, keepdims=True)
+                xhat *= m2
+                gh -= xhat
+            gh *= rstd
+            gx = from_array(gh)
+        return gx, gw, gb, None, None
+
+
+def _update_running(stat, batch_value, momentum) -> None:
+    """stat <- (1 - momentum) * stat + momentum * batch_value, in place (a new version)."""
+    if stat is None:
+        return
+    arr = stat._array()
+    arr *= 1.0 - momentum
+    arr += (batch_value.reshape(-1) * momentum).astype(arr.dtype)
+    stat._storage.version += 1
+
+
+@op(BatchNorm, functional=True)
+def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
+               training=False, momentum=0.1, eps=1e-5):
+    """Batch normalization over dim 1; in training the running statistics (when given)
+    are updated in place with torch's unbiased variance."""
+    return BatchNorm.apply(input, weight, bias, running_mean, running_var, bool(training),
+                           float(momentum), eps)
+
+
+@op(VectorNorm, Clamp, Div, functional=True)
+def normalize(input, p=2.0, dim=1, eps=1e-12):  # noqa: A002 - torch's name
+    """x / max(||x||_p over dim, eps), composed as torch composes it: vector_norm,
+    clamp(min=eps) and a division. It costs no x-sized saved buffer: the norm and the
+    division save x (one storage, the input), the row-sized norm and the clamped norm."""
+    denom = input.norm(p, dim, keepdim=True).clamp(min=eps)
+    return input / denom
