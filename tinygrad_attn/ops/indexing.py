@@ -10,7 +10,6 @@ from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, unbroadcast, zeros_array
 from .registry import op
 
-
 # ----------------------------------------------------------------------------- x[index]
 # torch's rules, which differ from NumPy's in where the advanced-index dims go: ints, slices
 # and None are applied first, as a view; the remaining integer arrays (bool masks become
@@ -383,6 +382,28 @@ def triu(x, diagonal=0):
     return Tri.apply(x, k=diagonal, lower=False)
 
 
+def check_index_tensor(op: str, index, error=RuntimeError) -> None:
+    """An index argument must be an int32 or int64 tensor (torch's rule for gather,
+    index_select and embedding)."""
+    if type(index) is not Tensor:
+        raise TypeError(f"{op}: index must be a Tensor, got {type(index).__name__}")
+    if index.dtype.name not in ("int32", "int64"):
+        raise error(f"{op}: expected dtype int32 or int64 for index, got {index.dtype.name} "
+                    f"(index of shape {tuple(index.shape)})")
+
+
+def check_index_range(op: str, index_arr, dim: int, shape, error=IndexError) -> None:
+    """Every index in [0, shape[dim]): negative indices are errors here, as in torch (only
+    x[index] counts from the end)."""
+    n = shape[dim]
+    if index_arr.size == 0:
+        return
+    low, high = int(index_arr.min()), int(index_arr.max())
+    if low < 0 or high >= n:
+        raise error(f"{op}: index {low if low < 0 else high} is out of range for dim {dim} "
+                    f"of size {n} (input shape {tuple(shape)})")
+
+
 def _full_index(xp, index_arr, dim: int):
     """Index arrays selecting, for every position of index_arr, (i0, .., index, .., in)."""
     grids = []
@@ -413,13 +434,10 @@ class Gather(Function):
                 f"gather: index of shape {tuple(index.shape)} must have the input's number of "
                 f"dims and be no larger in dims other than {d} (input {tuple(x.shape)})"
             )
-        if index.dtype.is_floating_point or index.dtype.name == "bool":
-            raise TypeError(f"gather: index must be an integer tensor, got {index.dtype.name}")
+        check_index_tensor("gather", index, RuntimeError)
         xp = backend.xp_for(x.device)
         I = index._array()
-        n = x.shape[d]
-        if I.size and (int(I.min()) < -n or int(I.max()) >= n):
-            raise IndexError(f"gather: index out of range for dim {d} of size {n}")
+        check_index_range("gather", I, d, x.shape, RuntimeError)
         full = _full_index(xp, I, d)
         ctx.in_shape, ctx.full = x.shape, full
         ctx.save_for_backward(index)
@@ -450,16 +468,10 @@ class IndexSelect(Function):
         d = shp.normalize_dim(dim, x.ndim, "index_select")
         if index.ndim > 1:
             raise ShapeError(f"index_select: index must be 0-D or 1-D, got {tuple(index.shape)}")
-        if index.dtype.is_floating_point or index.dtype.name == "bool":
-            raise TypeError(f"index_select: index must be integer, got {index.dtype.name}")
+        check_index_tensor("index_select", index, RuntimeError)
         xp = backend.xp_for(x.device)
         I = index._array().reshape(-1)
-        n = x.shape[d]
-        if I.size and (int(I.min()) < -n or int(I.max()) >= n):
-            raise IndexError(
-                f"index_select: index out of range for dim {d} of size {n} "
-                f"(input shape {tuple(x.shape)})"
-            )
+        check_index_range("index_select", I, d, x.shape, IndexError)
         ctx.in_shape, ctx.dim = x.shape, d
         ctx.save_for_backward(index)
         return from_array(xp.take(x._array(), I, axis=d), "index-gather")
