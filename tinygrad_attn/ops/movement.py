@@ -502,6 +502,14 @@ class ToDevice(Function):
         return from_array(backend.to_device(g._array(), ctx.in_device), "device-copy")
 
 
+def _names_dtype(text: str) -> bool:
+    try:
+        backend.to_dtype(text)
+    except TypeError:
+        return False
+    return True
+
+
 @op(Cast, ToDevice, method=("to", "cpu", "cuda", "float", "double", "half", "long", "int",
                              "bool", "type_as"))
 def to(x, *args, **kwargs):
@@ -512,8 +520,8 @@ def to(x, *args, **kwargs):
     for a in args:
         if type(a) is Tensor:
             device, dtype = a.device, a.dtype
-        elif isinstance(a, str) and (a == "cpu" or a.startswith("cuda")):
-            device = a
+        elif isinstance(a, str) and not _names_dtype(a):
+            device = a  # not a dtype: the device parser names the valid forms
         else:
             dtype = a
     out = x
