@@ -130,7 +130,7 @@ def _from_python(data, np_dtype):
         info = np.iinfo(np_dtype)
         low, high = int(host.min()), int(host.max())
         if low < info.min or high > info.max:
-            raise ValueError(f"tensor(): value {low if low < info.min else high} cannot be "
+            raise RuntimeError(f"tensor(): value {low if low < info.min else high} cannot be "
                              f"converted to {np_dtype} without overflow")
     return host.astype(np_dtype)
 
