@@ -236,7 +236,8 @@ def test_advanced_index_out_of_bounds():
     x = ta.randn(2, 3)
     with pytest.raises(IndexError, match=esc("index", "5", "out of bounds", "(2, 3)")):
         x[ta.tensor([0, 5])]
-    with pytest.raises(IndexError, match=esc("index_select", "dim 0", "size 2", "(2, 3)")):
+    with pytest.raises(IndexError, match=esc("index_select", "index 3", "dim 0", "size 2",
+                                             "(2, 3)")):
         x.index_select(0, ta.tensor([3]))
 
 

@@ -43,6 +43,15 @@ def _dtype(dtype, default=backend.float32):
     return default if dtype is None else backend.to_dtype(dtype)
 
 
+def _float_dtype(op: str, dtype):
+    """Random floats need a floating dtype: torch refuses rather than truncate them."""
+    dtype = _dtype(dtype)
+    if not dtype.is_floating_point:
+        raise RuntimeError(f"{op}: dtype {dtype.name} is not supported; {op} samples need a "
+                           "floating-point dtype (float16, float32 or float64)")
+    return dtype
+
+
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of `data` (nested lists, scalars, NumPy arrays, Tensors).
 
@@ -115,7 +124,7 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 def randn(*shape, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
     """Standard normal samples from the seeded generator (see manual_seed)."""
-    dtype, device = _dtype(dtype), backend.canonical_device(device)
+    dtype, device = _float_dtype("randn", dtype), backend.canonical_device(device)
     gen = generator or default_generator
     with backend.on_device(device):
         arr = gen.normal(_shape(shape), dtype, device)
@@ -124,7 +133,7 @@ def randn(*shape, dtype=None, device=None, requires_grad=False, generator=None) 
 
 def rand(*shape, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
     """Uniform samples in [0, 1) from the seeded generator."""
-    dtype, device = _dtype(dtype), backend.canonical_device(device)
+    dtype, device = _float_dtype("rand", dtype), backend.canonical_device(device)
     gen = generator or default_generator
     with backend.on_device(device):
         arr = gen.uniform(_shape(shape), dtype, device)
@@ -147,6 +156,7 @@ def _like(kind, t: Tensor, dtype, device, requires_grad, value=None):
     if kind == "full":
         return full(t.shape, value, dtype=dtype, device=device, requires_grad=requires_grad)
     if kind in ("randn", "rand"):
+        _float_dtype(f"{kind}_like", dtype)
         fn = randn if kind == "randn" else rand
         return fn(t.shape, dtype=dtype, device=device, requires_grad=requires_grad)
     return _filled(kind, t.shape, dtype, device, requires_grad)

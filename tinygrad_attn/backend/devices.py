@@ -31,18 +31,25 @@ def _install_array_module(module):
     return previous
 
 
-def canonical_device(device) -> str:
-    """'cpu', 'cuda' or 'cuda:N' (or an object with a .type/.index pair) -> 'cpu' / 'cuda:N'."""
+def canonical_device(device, arg: str = "device") -> str:
+    """The one device parser: None, 'cpu', 'cpu:0', 'cuda', 'cuda:N' (or an object with a
+    .type and .index, as torch.device) -> 'cpu' / 'cuda:N'. Every factory, `.to` and the
+    memory functions that take a device read it here; `arg` names the argument in errors."""
     if device is None:
         return "cpu"
-    name = str(device)
-    if name == "cpu":
+    if hasattr(device, "type") and hasattr(device, "index") and not isinstance(device, str):
+        device = device.type if device.index is None else f"{device.type}:{device.index}"
+    if not isinstance(device, str):
+        raise TypeError(f"{arg} must be a string such as 'cpu', 'cuda' or 'cuda:0', got "
+                        f"{type(device).__name__} {device!r}")
+    if device in ("cpu", "cpu:0"):
         return "cpu"
-    if name == "cuda":
+    if device == "cuda":
         return f"cuda:{_current_cuda_index()}"
-    if name.startswith("cuda:") and name[5:].isdigit():
-        return name
-    raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+    if device.startswith("cuda:") and device[5:].isdigit():
+        return f"cuda:{int(device[5:])}"
+    raise ValueError(f"unknown device {device!r} for {arg}: expected 'cpu', 'cuda' or 'cuda:N' "
+                     "(N a GPU number, from 0)")
 
 
 def _current_cuda_index() -> int:
@@ -83,6 +90,7 @@ class _CudaScope:
 
     def __enter__(self):
         if self.device != "cpu":
+            xp_for(self.device)  # without CuPy or a GPU: the clear error, not a None deref
             self._ctx = cp.cuda.Device(int(self.device.split(":")[1]))
             self._ctx.__enter__()
 

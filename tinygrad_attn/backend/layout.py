@@ -101,6 +101,45 @@ def to_device(arr, device: str):
         return devices.cp.asarray(arr)
 
 
+def _from_python(data, np_dtype):
+    """A host array from Python data (nested lists, scalars), refusing what torch refuses
+    instead of NumPy's silent readings: ragged lists, strings and None (an object or text
+    array) and integers that do not fit the dtype (NumPy wraps or widens them)."""
+    try:
+        host = np.array(data)
+    except ValueError as e:
+        raise ValueError(f"tensor(): nested lists must be rectangular (every list at one depth "
+                         f"of the same length): {e}") from None
+    if host.dtype.kind in "USV":
+        kind = "str" if host.dtype.kind == "U" else "bytes"
+        raise TypeError(f"tensor(): data must be numbers or bools, got {kind} in {_short(data)}")
+    if host.dtype == object:
+        for item in host.flat:
+            if not isinstance(item, (int, float)):
+                raise TypeError(f"tensor(): data must be numbers or bools, got "
+                                f"{type(item).__name__} in {_short(data)}")
+        if np_dtype is not None and np_dtype.kind == "f":
+            return host.astype(np_dtype)  # 2**70 as a float is fine
+        raise ValueError(f"tensor(): integer out of range of int64 in {_short(data)} (Overflow)")
+    if np_dtype is None:
+        if host.dtype == np.uint64:  # ints past int64's range: NumPy's silent widening
+            raise ValueError(f"tensor(): integer out of range of int64 in {_short(data)} "
+                             "(Overflow)")
+        return host
+    if host.dtype.kind in "iu" and np_dtype.kind in "iu" and host.size:
+        info = np.iinfo(np_dtype)
+        low, high = int(host.min()), int(host.max())
+        if low < info.min or high > info.max:
+            raise RuntimeError(f"tensor(): value {low if low < info.min else high} cannot be "
+                             f"converted to {np_dtype} without overflow")
+    return host.astype(np_dtype)
+
+
+def _short(data) -> str:
+    text = repr(data)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def asarray(data, dtype: DType | None, device: str):
     """An array on `device` built from Python data, a NumPy/CuPy array or a scalar."""
     np_dtype = None if dtype is None else dtype.np
@@ -114,7 +153,7 @@ def asarray(data, dtype: DType | None, device: str):
             data = from_dlpack(data)  # a torch tensor, say: read through DLPack, then copied
             if not isinstance(data, np.ndarray):
                 data = to_host(data)
-        host = np.array(data, dtype=np_dtype)
+        host = np.array(data, dtype=np_dtype) if keep_dtype else _from_python(data, np_dtype)
         if dtype is None and not keep_dtype:
             if host.dtype.kind == "f":
                 host = host.astype(np.float32)

@@ -83,22 +83,33 @@ def tag(tensor, category: str) -> None:
 
 
 # ----------------------------------------------------------------------------- sizes
-def parse_bytes(size) -> int:
-    """'6GiB', '512MB', '100k', 1024 -> bytes."""
-    if isinstance(size, int):
-        return size
+_SIZE_FORMS = "a byte count >= 0 (int) or a string such as '6GiB', '512MB' or '100k'"
+
+
+def parse_bytes(size, arg: str = "size") -> int:
+    """'6GiB', '512MB', '100k', 1024 -> bytes. Negative, NaN and infinite sizes are
+    ValueErrors naming `arg` and the accepted forms."""
+    if not isinstance(size, (bool, float, str)) and hasattr(size, "__index__"):
+        size = size.__index__()  # a NumPy integer, say
+    if isinstance(size, bool) or not isinstance(size, (int, float, str)):
+        raise TypeError(f"{arg}: expected {_SIZE_FORMS}, got {type(size).__name__} {size!r}")
     text = str(size).strip().replace(" ", "")
     units = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
              "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4,
              "tb": 1000**4, "tib": 1024**4}
-    num = text.rstrip("aAbBgGiIkKmMtT")
+    num = text.rstrip("aAbBgGiIkKmMtT") if isinstance(size, str) else text
     unit = text[len(num):].lower()
     try:
         value = float(num)
     except ValueError:
         value = None
     if unit not in units or value is None:
-        raise ValueError(f"cannot parse a size from {size!r} (try '6GiB' or '512MB')")
+        raise ValueError(f"{arg}: cannot parse a size from {size!r}; expected {_SIZE_FORMS}")
+    if not (0 <= value < float("inf")):  # NaN fails both comparisons
+        raise ValueError(f"{arg}: a size must be finite and >= 0, got {size!r}; expected "
+                         f"{_SIZE_FORMS}")
+    if isinstance(size, int):
+        return size
     return int(value * units[unit])
 
 

@@ -200,13 +200,14 @@ def set_limit(size, device: str = "cpu") -> None:
     leaves nothing behind.
     """
     dev = backend.canonical_device(device)
+    limit = None if size is None else parse_bytes(size, "set_limit: size")
     old = _limit_trackers.pop(dev, None)
     if old is not None:
         state.observers.remove(old)
     if size is None:
         state.limit.pop(dev, None)
         return
-    state.limit[dev] = parse_bytes(size)
+    state.limit[dev] = limit
     tracker = Tracker(dev, events=False)
     state.observers.append(tracker)
     _limit_trackers[dev] = tracker

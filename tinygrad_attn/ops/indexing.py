@@ -10,33 +10,188 @@ from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, unbroadcast, zeros_array
 from .registry import op
 
+# ----------------------------------------------------------------------------- x[index]
+# torch's rules, which differ from NumPy's in where the advanced-index dims go: ints, slices
+# and None are applied first, as a view; the remaining integer arrays (bool masks become
+# the positions they select) then index that view, and their broadcast dims stay in place
+# when the arrays are adjacent, else go first. On a view that holds only slices and arrays,
+# NumPy's placement rule is exactly that, so `view[arrays]` gives torch's result.
 
-def _index_arrays(x: Tensor, index) -> tuple:
-    """The index as a tuple NumPy/CuPy understand: tensors/lists become integer arrays,
-    boolean masks become the integer positions they select."""
-    if not isinstance(index, tuple):
-        index = (index,)
+_VALID = ("only integers, slices (`:`), ellipsis (`...`), None, bools and integer or bool "
+          "tensors are valid indices")
+
+
+def _as_index_tuple(index) -> tuple:
+    """torch's reading of a top-level list: as a tuple of indices when it is short and holds
+    a tensor, a sequence, a slice, None or Ellipsis; otherwise as one index."""
+    if isinstance(index, tuple):
+        return index
+    if isinstance(index, list) and len(index) < 32 and any(
+        type(i) is Tensor or backend.is_array(i) or isinstance(i, (list, tuple, slice))
+        or i is None or i is Ellipsis for i in index
+    ):
+        return tuple(index)
+    return (index,)
+
+
+def _dims_taken(item) -> int:
+    """How many dims of the indexed tensor a checked index item consumes."""
+    if item is None or item is Ellipsis:
+        return 0
+    if isinstance(item, tuple) and item[0] == "mask":
+        return 0 if type(item[1]) is bool else item[1].ndim  # a 0-d mask adds a dim
+    return 1
+
+
+def _index_item(op: str, item, x: Tensor):
+    """One index item as None, Ellipsis, a slice, an int, ('mask', array) or
+    ('ints', array): the checks torch makes on the kinds and dtypes of indices."""
+    if item is None or item is Ellipsis or type(item) is int:
+        return item
+    if isinstance(item, slice):
+        if item.step is not None and int(item.step) <= 0:
+            raise ValueError(f"{op}: slice step must be positive, got {item.step}")
+        return item
+    if isinstance(item, bool):  # a Python bool is a 0-d mask: a new dim of size 1 or 0
+        return "mask", item
+    if isinstance(item, (list, tuple)):
+        try:
+            arr = backend.asarray(list(item), None, x.device)
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise IndexError(f"{op}: cannot make an index tensor from {item!r}: {e}") from None
+        if arr.size == 0:  # an empty list selects nothing, as an empty int64 index
+            arr = arr.astype(backend.int64.np)
+        elif arr.dtype.kind == "f":
+            raise IndexError(f"{op}: {_VALID} (got a list of floats {item!r})")
+    elif type(item) is Tensor:
+        check_same_device(op, x, item)
+        arr = item._array()
+    elif backend.is_array(item):
+        arr = backend.asarray(item, None, x.device)
+    elif isinstance(item, str):
+        raise TypeError(f"{op}: {_VALID} (got str {item!r})")
+    elif hasattr(item, "__index__") and not isinstance(item, float):
+        try:
+            return int(item.__index__())
+        except TypeError:
+            raise IndexError(f"{op}: {_VALID} (got {type(item).__name__})") from None
+    else:
+        raise IndexError(f"{op}: {_VALID} (got {type(item).__name__})")
+    name = str(arr.dtype)
+    if name in ("bool", "uint8"):
+        return "mask", arr
+    if name in ("int32", "int64") or (arr.ndim == 0 and arr.dtype.kind in "iu"):
+        return int(arr.item()) if arr.ndim == 0 else ("ints", arr)
+    raise IndexError(f"{op}: tensors used as indices must be long, int, byte or bool tensors, "
+                     f"got {name}")
+
+
+class ResolvedIndex:
+    """x[index] split into torch's two steps: `basic` (ints, slices, None) gives a view,
+    and `arrays` (a tuple of slices and integer arrays, or None) indexes that view."""
+
+    __slots__ = ("basic", "arrays")
+
+    def __init__(self, basic: tuple, arrays):
+        self.basic, self.arrays = basic, arrays
+
+    def read(self, arr):
+        """arr[index]: a view when the index is basic, else a new array."""
+        return arr[self.basic] if self.arrays is None else arr[self.basic][self.arrays]
+
+    def write(self, arr, value) -> None:
+        """arr[index] = value, in place (the basic part of an advanced index is a view)."""
+        if self.arrays is None:
+            arr[self.basic] = value
+        else:
+            arr[self.basic][self.arrays] = value
+
+    def add_into(self, arr, value) -> None:
+        """arr[index] += value with repeated positions summed."""
+        backend.scatter_add(arr[self.basic], self.arrays, value)
+
+
+def _check_bounds(op: str, arr, dim: int, shape: tuple) -> None:
+    n = shape[dim]
+    if arr.size == 0:
+        return
+    low, high = int(arr.min()), int(arr.max())
+    bad = low if low < -n else high if high >= n else None
+    if bad is not None:
+        raise IndexError(f"{op}: index {bad} is out of bounds for dim {dim} with size {n} "
+                         f"(tensor of shape {tuple(shape)})")
+
+
+def resolve_index(x: Tensor, index, op: str = "getitem") -> ResolvedIndex:
+    """Check `index` against x (kinds, dtypes, mask shapes, bounds) and split it."""
+    shape = tuple(x.shape)
+    items = [_index_item(op, i, x) for i in _as_index_tuple(index)]
+    if sum(1 for i in items if i is Ellipsis) > 1:
+        raise IndexError(f"{op}: an index can only have a single ellipsis ('...')")
+    taken = sum(_dims_taken(i) for i in items)
+    if taken > len(shape):
+        raise IndexError(f"{op}: too many indices for tensor of shape {shape}: got {taken}")
     xp = backend.xp_for(x.device)
-    out = []
-    for item in index:
-        if type(item) is Tensor:
-            check_same_device("index", x, item)
-            arr = item._array()
-        elif isinstance(item, (list, bool)) or backend.is_array(item):
-            arr = backend.asarray(item, None, x.device)
+    basic, arrays = [], {}
+    dim = 0  # the dim of x the next item indexes
+    for item in items:
+        if item is None:
+            basic.append(None)
+        elif item is Ellipsis:
+            skip = len(shape) - taken
+            basic.extend([slice(None)] * skip)
+            dim += skip
+        elif isinstance(item, slice):
+            basic.append(item)
+            dim += 1
+        elif type(item) is int:
+            if not -shape[dim] <= item < shape[dim]:
+                raise IndexError(f"{op}: index {item} is out of bounds for dim {dim} with size "
+                                 f"{shape[dim]} (tensor of shape {shape})")
+            basic.append(item % shape[dim])
+            dim += 1
+        elif item[0] == "ints":
+            _check_bounds(op, item[1], dim, shape)
+            arrays[_view_dim(basic)] = item[1]
+            basic.append(slice(None))
+            dim += 1
         else:
-            out.append(int(item) if not isinstance(item, slice) and item is not None
-                       and item is not Ellipsis else item)
-            continue
-        if arr.dtype == bool:
-            out.extend(xp.nonzero(arr))
-        elif arr.dtype.kind in "iu":
-            out.append(arr)
-        else:
+            mask = item[1]
+            if type(mask) is bool or mask.ndim == 0:  # a new dim, all (True) or none of it
+                keep = mask if type(mask) is bool else bool(mask.item())
+                arrays[_view_dim(basic)] = xp.arange(1 if keep else 0, dtype=xp.int64)
+                basic.append(None)
+                continue
+            _check_mask(op, mask, dim, shape)
+            for positions in xp.nonzero(mask):
+                arrays[_view_dim(basic)] = positions
+                basic.append(slice(None))
+                dim += 1
+    if not arrays:
+        return ResolvedIndex(tuple(basic), None)
+    try:
+        shp.broadcast_shapes(*(tuple(a.shape) for a in arrays.values()), op=op)
+    except ShapeError:
+        shapes = ", ".join(str(tuple(a.shape)) for a in arrays.values())
+        raise IndexError(f"{op}: shape mismatch: indexing tensors could not be broadcast "
+                         f"together with shapes {shapes}") from None
+    last = max(arrays)
+    full = tuple(arrays.get(d, slice(None)) for d in range(last + 1))
+    return ResolvedIndex(tuple(basic), full)
+
+
+def _view_dim(basic: list) -> int:
+    """The dim of the basic view that the next item lands on (ints drop a dim)."""
+    return sum(1 for b in basic if type(b) is not int)
+
+
+def _check_mask(op: str, mask, dim: int, shape: tuple) -> None:
+    for j, size in enumerate(mask.shape):
+        if dim + j >= len(shape) or shape[dim + j] != size:
             raise IndexError(
-                f"index: tensors used as indices must be integer or bool, got {arr.dtype}"
+                f"{op}: the shape of the mask {tuple(mask.shape)} at index {j} does not match "
+                f"the shape of the indexed tensor {shape} at index {dim + j}"
             )
-    return tuple(out)
 
 
 class AdvancedIndex(Function):
@@ -47,23 +202,19 @@ class AdvancedIndex(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, index):
-        try:
-            out = x._array()[index]
-        except IndexError as e:
-            raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
+    def forward(ctx, x, index: ResolvedIndex):
         ctx.in_shape, ctx.index = x.shape, index
-        return from_array(out, "index-gather")  # integer-array indexing made a new array
+        return from_array(index.read(x._array()), "index-gather")  # a new array
 
     @staticmethod
     def backward(ctx, g):
         out = zeros_array(ctx.in_shape, g.dtype, g.device)
-        backend.scatter_add(out, ctx.index, g._array())
+        ctx.index.add_into(out, g._array())
         return from_array(out)
 
 
-def advanced_index(x: Tensor, index):
-    return AdvancedIndex.apply(x, _index_arrays(x, index))
+def advanced_index(x: Tensor, index: ResolvedIndex):
+    return AdvancedIndex.apply(x, index)
 
 
 class Cat(Function):
@@ -231,6 +382,28 @@ def triu(x, diagonal=0):
     return Tri.apply(x, k=diagonal, lower=False)
 
 
+def check_index_tensor(op: str, index, error=RuntimeError) -> None:
+    """An index argument must be an int32 or int64 tensor (torch's rule for gather,
+    index_select and embedding)."""
+    if type(index) is not Tensor:
+        raise TypeError(f"{op}: index must be a Tensor, got {type(index).__name__}")
+    if index.dtype.name not in ("int32", "int64"):
+        raise error(f"{op}: expected dtype int32 or int64 for index, got {index.dtype.name} "
+                    f"(index of shape {tuple(index.shape)})")
+
+
+def check_index_range(op: str, index_arr, dim: int, shape, error=IndexError) -> None:
+    """Every index in [0, shape[dim]): negative indices are errors here, as in torch (only
+    x[index] counts from the end)."""
+    n = shape[dim]
+    if index_arr.size == 0:
+        return
+    low, high = int(index_arr.min()), int(index_arr.max())
+    if low < 0 or high >= n:
+        raise error(f"{op}: index {low if low < 0 else high} is out of range for dim {dim} "
+                    f"of size {n} (input shape {tuple(shape)})")
+
+
 def _full_index(xp, index_arr, dim: int):
     """Index arrays selecting, for every position of index_arr, (i0, .., index, .., in)."""
     grids = []
@@ -261,13 +434,10 @@ class Gather(Function):
                 f"gather: index of shape {tuple(index.shape)} must have the input's number of "
                 f"dims and be no larger in dims other than {d} (input {tuple(x.shape)})"
             )
-        if index.dtype.is_floating_point or index.dtype.name == "bool":
-            raise TypeError(f"gather: index must be an integer tensor, got {index.dtype.name}")
+        check_index_tensor("gather", index, RuntimeError)
         xp = backend.xp_for(x.device)
         I = index._array()
-        n = x.shape[d]
-        if I.size and (int(I.min()) < -n or int(I.max()) >= n):
-            raise IndexError(f"gather: index out of range for dim {d} of size {n}")
+        check_index_range("gather", I, d, x.shape, RuntimeError)
         full = _full_index(xp, I, d)
         ctx.in_shape, ctx.full = x.shape, full
         ctx.save_for_backward(index)
@@ -298,16 +468,10 @@ class IndexSelect(Function):
         d = shp.normalize_dim(dim, x.ndim, "index_select")
         if index.ndim > 1:
             raise ShapeError(f"index_select: index must be 0-D or 1-D, got {tuple(index.shape)}")
-        if index.dtype.is_floating_point or index.dtype.name == "bool":
-            raise TypeError(f"index_select: index must be integer, got {index.dtype.name}")
+        check_index_tensor("index_select", index, RuntimeError)
         xp = backend.xp_for(x.device)
         I = index._array().reshape(-1)
-        n = x.shape[d]
-        if I.size and (int(I.min()) < -n or int(I.max()) >= n):
-            raise IndexError(
-                f"index_select: index out of range for dim {d} of size {n} "
-                f"(input shape {tuple(x.shape)})"
-            )
+        check_index_range("index_select", I, d, x.shape, IndexError)
         ctx.in_shape, ctx.dim = x.shape, d
         ctx.save_for_backward(index)
         return from_array(xp.take(x._array(), I, axis=d), "index-gather")

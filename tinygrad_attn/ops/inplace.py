@@ -14,7 +14,7 @@ from .. import shape as shp
 from ..autograd import Function, GradMode
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, sum_to, unbroadcast
-from .indexing import _index_arrays
+from .indexing import resolve_index
 from .registry import op
 
 
@@ -213,19 +213,19 @@ class SetItem(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, value, index, basic=False):
+    def forward(ctx, x, value, index):
         X = x._array()
         V = value._array() if type(value) is Tensor else value
         try:
-            X[index] = V
-        except (ValueError, IndexError) as e:
+            index.write(X, V)
+        except ValueError as e:
             vshape = tuple(value.shape) if type(value) is Tensor else ()
             raise ShapeError(
                 f"setitem: cannot assign a value of shape {vshape} to the indexed part of a "
                 f"tensor of shape {tuple(x.shape)}: {e}"
             ) from None
         _bump(x)
-        ctx.index, ctx.basic = index, basic
+        ctx.index, ctx.basic = index, index.arrays is None
         ctx.value_shape = value.shape if type(value) is Tensor else None
         return x
 
@@ -236,10 +236,10 @@ class SetItem(Function):
         gx = gv = None
         if nx:
             out = backend.copy(G)
-            out[ctx.index] = 0
+            ctx.index.write(out, 0)
             gx = from_array(out)
         if nv:
-            part = G[ctx.index]  # a view for a basic index, a new array for an advanced one
+            part = ctx.index.read(G)  # a view for a basic index, a new array for an advanced one
             if part.shape != tuple(ctx.value_shape):
                 part = sum_to(part, ctx.value_shape, backend.xp_for(g.device))
             elif ctx.basic:
@@ -299,13 +299,10 @@ def _mark_history(x: Tensor) -> None:
 def setitem(x: Tensor, index, value) -> None:
     _guard("setitem", x, value)
     check_same_device("setitem", x, value)
-    from .movement import _basic_index
-
-    basic = _basic_index(index)
-    np_index = basic if basic is not None else _index_arrays(x, index)
+    resolved = resolve_index(x, index, "setitem")
     if type(value) is not Tensor and not isinstance(value, (int, float, bool)):
         value = Tensor(value, dtype=x.dtype, device=x.device)
-    SetItem.apply(x, value, index=np_index, basic=basic is not None)
+    SetItem.apply(x, value, index=resolved)
     _mark_history(x)
 
 

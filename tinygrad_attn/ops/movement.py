@@ -14,7 +14,7 @@ from ..autograd import Function, ReshapeGrad, SliceGrad
 from ..errors import ShapeError
 from ..memory.state import habits  # a table mutated in place, never rebound
 from ..tensor import Tensor, _make, from_array
-from .indexing import AdvancedIndex, advanced_index
+from .indexing import AdvancedIndex, advanced_index, resolve_index
 from .registry import op
 
 
@@ -265,25 +265,6 @@ def unflatten(x, dim, sizes):
 
 
 # ----------------------------------------------------------------------------- slicing
-def _basic_index(index) -> tuple | None:
-    """The index as a tuple if it is basic (ints, slices, None, ...), else None."""
-    if not isinstance(index, tuple):
-        index = (index,)
-    for item in index:
-        if item is None or item is Ellipsis or isinstance(item, slice):
-            continue
-        if isinstance(item, bool):
-            return None
-        if isinstance(item, int) or (type(item) is Tensor and _is_int_scalar(item)):
-            continue
-        return None
-    return tuple(int(i) if type(i) is Tensor else i for i in index)
-
-
-def _is_int_scalar(t: Tensor) -> bool:
-    return t.ndim == 0 and not t.dtype.is_floating_point and t.dtype.name != "bool"
-
-
 class Slice(Function):
     """y = x[index] for basic indices (ints, slices, None, ...): a strided view, no copy.
 
@@ -307,10 +288,12 @@ class Slice(Function):
 
 @op(Slice, AdvancedIndex, method="__getitem__")
 def getitem(x: Tensor, index):
-    basic = _basic_index(index)
-    if basic is not None:
-        return Slice.apply(x, basic)
-    return advanced_index(x, index)
+    """x[index] with torch's rules (see indexing.resolve_index): a view when the index is
+    basic (ints, slices, None, ...), a copy when it holds integer arrays or bool masks."""
+    resolved = resolve_index(x, index, "getitem")
+    if resolved.arrays is None:
+        return Slice.apply(x, resolved.basic)
+    return advanced_index(x, resolved)
 
 
 @op(Slice, method=True)
@@ -519,6 +502,14 @@ class ToDevice(Function):
         return from_array(backend.to_device(g._array(), ctx.in_device), "device-copy")
 
 
+def _names_dtype(text: str) -> bool:
+    try:
+        backend.to_dtype(text)
+    except TypeError:
+        return False
+    return True
+
+
 @op(Cast, ToDevice, method=("to", "cpu", "cuda", "float", "double", "half", "long", "int",
                              "bool", "type_as"))
 def to(x, *args, **kwargs):
@@ -529,8 +520,8 @@ def to(x, *args, **kwargs):
     for a in args:
         if type(a) is Tensor:
             device, dtype = a.device, a.dtype
-        elif isinstance(a, str) and (a == "cpu" or a.startswith("cuda")):
-            device = a
+        elif isinstance(a, str) and not _names_dtype(a):
+            device = a  # not a dtype: the device parser names the valid forms
         else:
             dtype = a
     out = x

@@ -421,9 +421,18 @@ def logsumexp(x, dim, keepdim=False):
 
 @op(Softmax, method=True, ta=True, functional=True)
 def softmax(x, dim):
+    _require_floating("softmax", x)
     return Softmax.apply(x, dim)
 
 
 @op(LogSoftmax, method=True, ta=True, functional=True)
 def log_softmax(x, dim):
+    _require_floating("log_softmax", x)
     return LogSoftmax.apply(x, dim)
+
+
+def _require_floating(op: str, x) -> None:
+    """torch refuses integer input here rather than promote it; so do we, naming the op."""
+    if type(x) is Tensor and not x.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating-point tensor, got {x.dtype.name} of "
+                           f"shape {tuple(x.shape)}; convert it with .float() first")
