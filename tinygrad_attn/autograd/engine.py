@@ -18,7 +18,7 @@ from .. import storage as storage_mod
 from ..errors import DeviceMismatchError
 from ..shape import index_geometry, view_strides
 from ..tensor import Tensor, _ones_like_array, _zeros_array, from_array
-from .graph import AccumulateGrad, Node, _labelled, _notify, gradient_edge
+from .graph import AccumulateGrad, Node, _labelled, _notify, _relabel, _restore, gradient_edge
 
 
 # ----------------------------------------------------------------------------- public API
@@ -292,8 +292,11 @@ def _run_node(node: Node, grads: list) -> tuple:
             if g is None:
                 shape, dtype, device = node._outputs_meta[i]
                 grads[i] = from_array(_zeros_array(shape, dtype, device))
-    with _labelled(op=node.name, scope=node.scope, call=id(node), grad_enabled=False):
+    prev = _relabel(op=node.name, scope=node.scope, call=id(node), grad_enabled=False)
+    try:
         results = node.fn.backward(node, *grads)
+    finally:
+        _restore(prev)
     return _checked_results(node, results)
 
 

@@ -6,9 +6,10 @@ gradient, makes `ctx` the graph node of the outputs: `ctx.fn` is the op,
 `ctx.saved_tensors` what forward chose to keep, each checked against its version counter
 when read. Leaves that require grad get an `AccumulateGrad` node, as in PyTorch.
 
-Two small context managers are the only writers of process-wide state here: `no_grad` /
-`enable_grad` / `set_grad_enabled` (grad mode) and `_labelled` (the op, call, scope and
-phase that the ledger stamps on each allocation).
+Only two things write process-wide state here: `no_grad` / `enable_grad` /
+`set_grad_enabled` (grad mode), and `_relabel` / `_restore` (and `_labelled`, the
+with-statement over them), which set the op, call, scope and phase that the ledger stamps
+on each allocation, and grad mode while an op runs.
 """
 
 from __future__ import annotations
@@ -71,11 +72,28 @@ def is_grad_enabled() -> bool:
     return GradMode.enabled
 
 
+def _relabel(grad_enabled: bool | None = None, **labels) -> tuple:
+    """Set ledger labels (any of op, call, scope, phase: allocations carry them) and, if
+    given, grad mode; returns what `_restore` needs to put both back. With _labelled below,
+    the only writer of that process-wide state in the engine besides no_grad and friends."""
+    current = storage_mod.current
+    prev = current.copy(), GradMode.enabled  # every writer is scoped: restoring all is exact
+    current.update(labels)
+    if grad_enabled is not None:
+        GradMode.enabled = grad_enabled
+    return prev
+
+
+def _restore(prev: tuple) -> None:
+    labels, GradMode.enabled = prev
+    storage_mod.current.update(labels)
+
+
 class _labelled:
-    """with _labelled(op=..., call=...): allocations inside carry these labels for the ledger
-    (any of op, call, scope, phase); with grad_enabled=False nothing inside is recorded
-    either (an op's own forward and backward). Both come back on exit. Together with the
-    grad-mode classes above, the only writer of that process-wide state in the engine."""
+    """with _labelled(op=..., scope=...): _relabel for the block, restored on exit.
+
+    Function.apply and the engine's node run call _relabel/_restore directly instead, in a
+    try/finally: the with-statement's extra frames cost a tenth of a small op's overhead."""
 
     __slots__ = ("_labels", "_grad", "_prev")
 
@@ -83,15 +101,10 @@ class _labelled:
         self._labels, self._grad = labels, grad_enabled
 
     def __enter__(self):
-        current = storage_mod.current
-        self._prev = current.copy(), GradMode.enabled  # every writer is scoped: restore all
-        current.update(self._labels)
-        if self._grad is not None:
-            GradMode.enabled = self._grad
+        self._prev = _relabel(self._grad, **self._labels)
 
     def __exit__(self, *exc):
-        labels, GradMode.enabled = self._prev
-        storage_mod.current.update(labels)
+        _restore(self._prev)
 
 
 def _notify(event: str, *args) -> None:
@@ -378,8 +391,11 @@ class Function:
     def apply(cls, *args, **kwargs):
         ctx = Node(cls)
         record = _connect_inputs(ctx, args)
-        with _labelled(op=cls.__name__, call=id(ctx), grad_enabled=False):
+        prev = _relabel(op=cls.__name__, call=id(ctx), grad_enabled=False)
+        try:
             out = cls.forward(ctx, *args, **kwargs)
+        finally:
+            _restore(prev)
         if record:
             ctx.seq = next(_seq)
             ctx.scope = storage_mod.current["scope"]
