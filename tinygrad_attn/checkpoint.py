@@ -32,7 +32,8 @@ class Checkpoint(Function):
         ctx.rng_state = default_generator.get_state()
         ctx.save_for_backward(*[a for a in args if type(a) is Tensor])
         ctx.positions = [i for i, a in enumerate(args) if type(a) is Tensor]
-        ctx.others = args
+        # only through save_for_backward: the ledger sees them, and release frees them
+        ctx.others = [None if type(a) is Tensor else a for a in args]
         ctx.module_calls = ledger_scopes.running_calls()
         out = fn(*args)
         if type(out) is not Tensor:

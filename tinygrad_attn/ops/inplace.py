@@ -1,25 +1,22 @@
-"""In-place ops: they write into the tensor's Storage and bump its version counter.
+"""In-place ops: they write into the tensor's Storage and declare it with ctx.mark_dirty.
 
-Autograd through an in-place op rebases the tensor's history (its grad_fn becomes the
-in-place op's node, whose input edge is the tensor's previous history), as in PyTorch.
-Two cases are refused with a clear error instead: an in-place op on a leaf that requires
-grad (it would destroy the value the gradient is for), and, while recording, an in-place
-op on a view of another tensor (its base's history cannot be rewritten here).
+mark_dirty bumps the version counter the tensor shares with its views, and autograd through
+the op rebases the tensor's history (its grad_fn becomes the in-place op's node, whose input
+edge is the tensor's previous history), as in PyTorch. Two cases are refused with a clear
+error, before anything is written: an in-place op on a leaf that requires grad (it would
+destroy the value the gradient is for), and, while recording, an in-place op on a view of
+another tensor (its base's history cannot be rewritten here).
 """
 
 from __future__ import annotations
 
 from .. import backend
 from .. import shape as shp
-from ..autograd import Function, GradMode
+from ..autograd import Function, GradMode, check_inplace
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, sum_to, unbroadcast
 from .indexing import resolve_index
 from .registry import op
-
-
-def _bump(t: Tensor) -> None:
-    t._storage.version += 1
 
 
 def _check_broadcast_into(op: str, target: Tensor, other) -> None:
@@ -46,7 +43,7 @@ class AddInplace(Function):
             O = O * alpha
         xp = backend.xp_for(x.device)
         xp.add(X, O, out=X, casting="unsafe")
-        _bump(x)
+        ctx.mark_dirty(x)
         ctx.alpha, ctx.other_shape = alpha, getattr(other, "shape", ())
         return x
 
@@ -76,7 +73,7 @@ class MulInplace(Function):
         # see its version moved and refuse, instead of using the overwritten values
         ctx.save_for_backward(other if type(other) is Tensor else None, old)
         backend.xp_for(x.device).multiply(X, O, out=X, casting="unsafe")
-        _bump(x)
+        ctx.mark_dirty(x)
         return x
 
     @staticmethod
@@ -102,7 +99,7 @@ class DivInplace(Function):
                 "tensor being divided in place and needs a gradient; use x / y instead"
             )
         backend.xp_for(x.device).true_divide(X, O, out=X, casting="unsafe")
-        _bump(x)
+        ctx.mark_dirty(x)
         ctx.scalar = None if type(other) is Tensor else other
         ctx.other_shape = getattr(other, "shape", ())
         ctx.save_for_backward(other if type(other) is Tensor else None,
@@ -126,7 +123,7 @@ class FillInplace(Function):
     @staticmethod
     def forward(ctx, x, value):
         x._array()[...] = _value(value, x.dtype)
-        _bump(x)
+        ctx.mark_dirty(x)
         return x
 
     @staticmethod
@@ -145,7 +142,7 @@ class CopyInplace(Function):
     def forward(ctx, x, src):
         ctx.src_shape, ctx.src_dtype = src.shape, src.dtype
         x._array()[...] = src._array()
-        _bump(x)
+        ctx.mark_dirty(x)
         return x
 
     @staticmethod
@@ -170,7 +167,7 @@ class MaskedFillInplace(Function):
         X = x._array()
         xp.copyto(X, _value(value, x.dtype), where=xp.broadcast_to(mask._array(), X.shape),
                   casting="unsafe")
-        _bump(x)
+        ctx.mark_dirty(x)
         ctx.save_for_backward(mask)
         return x
 
@@ -197,7 +194,7 @@ class ClampInplace(Function):
                 inside &= X <= hi
             ctx.save_for_backward(from_array(inside))
         xp.clip(X, lo, hi, out=X)
-        _bump(x)
+        ctx.mark_dirty(x)
         return x
 
     @staticmethod
@@ -224,7 +221,7 @@ class SetItem(Function):
                 f"setitem: cannot assign a value of shape {vshape} to the indexed part of a "
                 f"tensor of shape {tuple(x.shape)}: {e}"
             ) from None
-        _bump(x)
+        ctx.mark_dirty(x)
         ctx.index, ctx.basic = index, index.arrays is None
         ctx.value_shape = value.shape if type(value) is Tensor else None
         return x
@@ -253,20 +250,10 @@ _KINDS = {"add": AddInplace, "mul": MulInplace, "div": DivInplace, "fill": FillI
 
 
 def _guard(op: str, x: Tensor, *others) -> None:
-    if not GradMode.enabled:
-        return
-    if x.requires_grad and x.grad_fn is None:
-        raise RuntimeError(
-            f"{op}: a leaf tensor that requires grad (shape {tuple(x.shape)}) is being used "
-            "in an in-place operation; do it under ta.no_grad() or on a copy"
-        )
-    recording = x.requires_grad or any(type(o) is Tensor and o.requires_grad for o in others)
-    if recording and x._base is not None:
-        raise RuntimeError(
-            f"{op}: in-place modification of a view (shape {tuple(x.shape)}) while recording "
-            "gradients is not supported; write into the base tensor (base[index] = value) or "
-            "use an out-of-place op"
-        )
+    """mark_dirty's refusals, made before the op writes anything."""
+    recording = GradMode.enabled and (
+        x.requires_grad or any(type(o) is Tensor and o.requires_grad for o in others))
+    check_inplace(op, x, recording)
 
 
 @op(AddInplace, MulInplace, DivInplace, FillInplace, CopyInplace, MaskedFillInplace,
@@ -285,14 +272,7 @@ def inplace(x: Tensor, kind: str, *args):
         out = fn.apply(x, args[0], alpha=args[1])
     else:
         out = fn.apply(x, *args)
-    _mark_history(x)
     return out
-
-
-def _mark_history(x: Tensor) -> None:
-    """After a recorded in-place op, views taken earlier have stale history."""
-    if x.grad_fn is not None and GradMode.enabled:
-        x._storage.history_version = x._storage.version
 
 
 @op(SetItem, method="__setitem__")
@@ -303,7 +283,6 @@ def setitem(x: Tensor, index, value) -> None:
     if type(value) is not Tensor and not isinstance(value, (int, float, bool)):
         value = Tensor(value, dtype=x.dtype, device=x.device)
     SetItem.apply(x, value, index=resolved)
-    _mark_history(x)
 
 
 @op()  # no graph node; ta.functional names it by hand, nn.functional does not
@@ -348,5 +327,5 @@ def adamw_update_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
     backend.adamw_update(param._array(), grad._array(), exp_avg._array(), exp_avg_sq._array(),
                          lr, beta1, beta2, eps, weight_decay, int(step))
     for t in (param, exp_avg, exp_avg_sq):
-        _bump(t)
+        t._storage.version += 1  # not a Function (no ctx): the three writes, declared here
     return param

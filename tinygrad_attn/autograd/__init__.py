@@ -1,0 +1,28 @@
+"""Reverse-mode autodiff: the graph forward records, and the engine that runs it backward.
+
+An op is a `Function` subclass with `forward(ctx, ...)` and `backward(ctx, *grads)` side by
+side (PyTorch's autograd.Function); `graph` holds what forward records (grad mode, nodes,
+saved tensors with their version checks, `Function.apply`), `engine` what backward does
+with it (ordering, accumulation, freeing, `backward` and `grad`).
+"""
+
+from .engine import (  # noqa: F401
+    ReshapeGrad,
+    SliceGrad,
+    backward,
+    grad,
+    run_backward,
+)
+from .graph import (  # noqa: F401
+    AccumulateGrad,
+    Function,
+    GradMode,
+    Node,
+    _HookHandle,
+    check_inplace,
+    enable_grad,
+    gradient_edge,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
+)

@@ -1,0 +1,513 @@
+"""The backward engine: run the graph that forward recorded, most recent node first.
+
+`_run_backward` is the whole algorithm: count each node's consumers, seed the roots, then
+run each node whose consumers have all handed it their gradients, and hand its own on.
+The helpers below it are one concern each. Memory is the point of most of them: a node's
+saved tensors are freed right after its backward (unless retain_graph), and several
+gradients flowing into one slot are summed, the first sum allocating and later ones adding
+in place. A slice's gradient travels as a `SliceGrad` (the slice of the gradient plus where
+it sits in the base), so any number of slices of one base cost one base-sized buffer.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from .. import backend
+from ..errors import DeviceMismatchError
+from ..memory import state as ledger_state
+from ..shape import index_geometry, view_strides
+from ..tensor import Tensor, _ones_like_array, _zeros_array, from_array
+from .graph import AccumulateGrad, Node, _labelled, _notify, _relabel, _restore, gradient_edge
+
+
+# ----------------------------------------------------------------------------- public API
+def backward(tensors, grad_tensors=None, retain_graph: bool = False) -> None:
+    """Compute gradients of `tensors` and accumulate them into the leaves' .grad."""
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    if grad_tensors is None:
+        grad_tensors = [None] * len(tensors)
+    elif isinstance(grad_tensors, Tensor):
+        grad_tensors = [grad_tensors]
+    seeds = [_root_grad(t, g, "backward") for t, g in zip(tensors, grad_tensors)]
+    run_backward(tensors, seeds, retain_graph=retain_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False,
+         allow_unused: bool = False):
+    """Gradients of `outputs` with respect to `inputs`, returned (not accumulated)."""
+    single = isinstance(inputs, Tensor)
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if single else list(inputs)
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    elif isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs]
+    seeds = [_root_grad(t, g, "grad") for t, g in zip(outputs, grad_outputs)]
+    result = run_backward(outputs, seeds, retain_graph=retain_graph, capture=inputs)
+    for i, g in enumerate(result):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"grad: input {i} of shape {tuple(inputs[i].shape)} was not used to compute "
+                "the outputs; pass allow_unused=True to get None for it"
+            )
+    return tuple(result)
+
+
+def _root_grad(t: Tensor, g, op: str) -> Tensor:
+    """The gradient a root starts with: the one given, or 1 for a one-element output."""
+    if g is None:
+        if t.numel() != 1:
+            raise RuntimeError(
+                f"{op}: grad can be implicitly created only for outputs with one element; got "
+                f"an output of shape {tuple(t.shape)}. Pass a gradient of that shape."
+            )
+        return from_array(_ones_like_array(t))
+    if not isinstance(g, Tensor):
+        raise TypeError(f"{op}: gradient must be a Tensor, got {type(g).__name__}")
+    if tuple(g.shape) != tuple(t.shape):
+        raise RuntimeError(
+            f"{op}: gradient of shape {tuple(g.shape)} does not match output of shape "
+            f"{tuple(t.shape)}"
+        )
+    if g.device != t.device:
+        raise DeviceMismatchError(f"{op}: gradient on {g.device} but output on {t.device}")
+    return g
+
+
+def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None):
+    """Propagate gradients from `roots` (tensors) seeded with `grad_roots`.
+
+    With `capture` (a list of tensors) gradients are returned for those tensors, in order,
+    and no leaf's .grad is touched (this is autograd.grad). Allocations made meanwhile are
+    labelled phase "backward".
+    """
+    with _labelled(phase="backward"):
+        return _run_backward(roots, grad_roots, retain_graph, capture)
+
+
+# ----------------------------------------------------------------------------- the loop
+def _run_backward(roots, grad_roots, retain_graph, capture):
+    """Order the graph, seed the roots, run each node once all its consumers have, and hand
+    its gradients on to the nodes of its inputs."""
+    edges = [_root_edge(t) for t in roots]
+    consumers = _count_consumers(edges)
+    wanted = _Capture(capture)
+    pending, held = _seed(edges, grad_roots)
+    ready = _Ready(node for node, _ in edges if node not in consumers)
+    late_free = [] if ledger_state.habits["late_free"] else None
+    while ready:
+        node = ready.pop()
+        grads, owned = pending.pop(node, None) or _new_slots(node)
+        _receive(node, grads, owned, wanted, held)
+        if isinstance(node, AccumulateGrad):
+            _finish_leaf(node, grads, owned, wanted)
+            continue
+        wanted.take(node, grads)
+        _retain_grads(node, grads, owned)
+        results = _run_node(node, grads)
+        _free(node, retain_graph, late_free)
+        sharing = _Sharing(grads, owned, results)
+        _hand_on(node, results, sharing, pending, consumers, ready, held)
+    return wanted.grads
+
+
+class _Held:
+    """What the loop keeps referencing after its last use, and until when.
+
+    arrived: the running node's last incoming gradient as it arrived (before it was made a
+    tensor or replaced by a hook), until the node hands its gradients on (capture and leaves
+    let go of it at once). routed: the last gradient handed on, with the pending slots it
+    went into, until the next one is handed on. Letting go at last use would lower some
+    peaks by a gradient; the memory figures of README and tests are measured with these.
+    """
+
+    __slots__ = ("arrived", "routed")
+
+    def __init__(self):
+        self.arrived = self.routed = None
+
+
+# ----------------------------------------------------------------------------- ordering
+def _root_edge(t: Tensor) -> tuple:
+    if t.grad_fn is None and not t.requires_grad:
+        raise RuntimeError(
+            f"backward: tensor of shape {tuple(t.shape)} does not require grad and has no "
+            "grad_fn (was it created under no_grad, or from tensors without requires_grad?)"
+        )
+    return gradient_edge(t)
+
+
+def _count_consumers(edges: list) -> dict:
+    """node -> how many edges lead into it, over the graph reachable from the roots."""
+    consumers: dict = {}
+    stack = list(dict.fromkeys(node for node, _ in edges))  # each root node once
+    seen = set(stack)
+    while stack:
+        node = stack.pop()
+        if node._released and not isinstance(node, AccumulateGrad):
+            raise RuntimeError(
+                f"{node.name}: trying to backward through the graph a second time (its saved "
+                "tensors were freed by the first backward). Pass retain_graph=True to the "
+                "first backward() if you need to run backward twice."
+            )
+        for edge in node.next_functions:
+            if edge is None:
+                continue
+            nxt = edge[0]
+            consumers[nxt] = consumers.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return consumers
+
+
+class _Ready(list):
+    """Nodes whose consumers have all run, most recently created first (a heap)."""
+
+    def __init__(self, nodes):
+        super().__init__()
+        for node in dict.fromkeys(nodes):
+            self.push(node)
+
+    def push(self, node: Node) -> None:
+        heapq.heappush(self, (-node.seq, node.seq, node))
+
+    def pop(self) -> Node:
+        return heapq.heappop(self)[2]
+
+
+# ----------------------------------------------------------------------------- seeding
+def _new_slots(node: Node) -> tuple:
+    """A node's pending gradients (one per output) and whether the engine owns each."""
+    n = len(node._outputs_meta) or 1
+    return [None] * n, [False] * n
+
+
+def _seed(edges: list, grad_roots: list) -> tuple:
+    """node -> its pending slots, holding the roots' gradients (which the caller owns); and
+    the loop's _Held, whose first `routed` is the last root's slots."""
+    pending: dict = {}
+    held = _Held()
+    for (node, nr), g in zip(edges, grad_roots):
+        entry = pending.get(node)
+        if entry is None:
+            entry = pending[node] = _new_slots(node)
+        held.routed = entry
+        _accumulate(entry[0], entry[1], nr, g, False)
+    return pending, held
+
+
+# ----------------------------------------------------------------------------- capture
+class _Capture:
+    """autograd.grad's inputs: which (node, output) each one's gradient arrives at, and the
+    gradients seen there. Without inputs (plain backward) the leaves accumulate instead."""
+
+    def __init__(self, capture):
+        self.grads = None
+        self.at: dict = {}
+        if capture is None:
+            return
+        self.grads = [None] * len(capture)
+        for i, t in enumerate(capture):
+            if t.grad_fn is None and not t.requires_grad:
+                raise RuntimeError(
+                    f"grad: input {i} of shape {tuple(t.shape)} does not require grad"
+                )
+            self.at.setdefault(gradient_edge(t), []).append(i)
+
+    def take(self, node: Node, grads: list) -> None:
+        if self.at:
+            for nr, g in enumerate(grads):
+                for i in self.at.get((node, nr), ()):
+                    self.grads[i] = g
+
+
+# ----------------------------------------------------------------------------- running a node
+def _receive(node: Node, grads: list, owned: list, wanted: _Capture, held: _Held) -> None:
+    """Turn the node's lazy gradients into tensors (a split takes a ReshapeGrad as it is,
+    unless something outside the op will look at it), then run its tensors' hooks."""
+    keep_lazy = (node.fn is not None and node.fn.takes_lazy_grads and not node._pre_hooks
+                 and not node._retained and not wanted.at)
+    g = None
+    for i, g in enumerate(grads):
+        if type(g) in _LAZY and not (keep_lazy and type(g) is ReshapeGrad):
+            grads[i], owned[i] = g.materialize(), True
+    if node._pre_hooks:
+        _run_hooks(node._pre_hooks, grads, owned)
+    if not wanted.at and not isinstance(node, AccumulateGrad):
+        held.arrived = g
+
+
+def _run_hooks(hooks_by_output: dict, grads: list, owned: list) -> None:
+    """Tensor hooks: each may return a replacement gradient (which the engine never owns)."""
+    for nr, hooks in hooks_by_output.items():
+        for hook in hooks:
+            if grads[nr] is not None:
+                new = hook(grads[nr])
+                if new is not None:
+                    grads[nr], owned[nr] = new, False
+
+
+def _finish_leaf(node: AccumulateGrad, grads: list, owned: list, wanted: _Capture) -> None:
+    """A leaf's gradient, after the leaf's hooks: captured for autograd.grad, or added
+    into its .grad."""
+    var = node.variable
+    g = grads[0]
+    if g is not None and var._hooks:
+        _run_hooks({0: var._hooks}, grads, owned)
+        g = grads[0]
+    wanted.take(node, grads)
+    if wanted.grads is None and g is not None:
+        _accumulate_leaf(var, g, owned[0])
+
+
+def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool) -> None:
+    if var.grad is None:
+        if not owned or g.dtype != var.dtype:  # never alias another tensor's memory as .grad
+            reason = "broadcast-grad" if 0 in g._strides else "grad-clone"
+            g = from_array(backend.copy(g._array(), var.dtype), reason)
+        g._storage.category = "gradient"
+        var.grad = g
+    else:
+        _add_inplace(var.grad, g)
+
+
+def _retain_grads(node: Node, grads: list, owned: list) -> None:
+    """Non-leaf tensors that asked for retain_grad() get their gradient as .grad."""
+    if node._retained:
+        for nr, ref in node._retained.items():
+            t = ref()
+            if t is not None and grads[nr] is not None:
+                t.grad = grads[nr] if t.grad is None else t.grad + grads[nr]
+                owned[nr] = False  # now visible as t.grad
+
+
+def _run_node(node: Node, grads: list) -> tuple:
+    """The node's backward: one gradient (or None) per input edge."""
+    if _count_is(grads, None) == len(grads):
+        return (None,) * len(node.next_functions)
+    if node.materialize_grads:
+        for i, g in enumerate(grads):
+            if g is None:
+                shape, dtype, device = node._outputs_meta[i]
+                grads[i] = from_array(_zeros_array(shape, dtype, device))
+    prev = _relabel(op=node.name, scope=node.scope, call=id(node), grad_enabled=False)
+    try:
+        results = node.fn.backward(node, *grads)
+    finally:
+        _restore(prev)
+    return _checked_results(node, results)
+
+
+def _checked_results(node: Node, results) -> tuple:
+    if not isinstance(results, tuple):
+        results = (results,)
+    n_args = len(node.next_functions)
+    if len(results) < n_args and all(e is None for e in node.next_functions[len(results):]):
+        results = results + (None,) * (n_args - len(results))  # trailing non-tensor args
+    if len(results) != n_args:
+        raise RuntimeError(
+            f"{node.name}: backward returned {len(results)} gradients, expected "
+            f"{len(node.next_functions)} (one per forward argument, None for non-tensors)"
+        )
+    for i, (g, edge) in enumerate(zip(results, node.next_functions)):
+        if g is None or edge is None:
+            continue
+        expected = node.input_shapes[i]
+        if tuple(g.shape) != tuple(expected):
+            raise RuntimeError(
+                f"{node.name}: backward returned a gradient of shape {tuple(g.shape)} for input "
+                f"{i} of shape {tuple(expected)}"
+            )
+    return results
+
+
+# ----------------------------------------------------------------------------- freeing
+def _free(node: Node, retain_graph: bool, late_free: list | None) -> None:
+    """Drop the node's saved tensors now that its backward ran (unless retain_graph)."""
+    if retain_graph:
+        return
+    if late_free is not None:  # the emulated habit: keep saved tensors to the end
+        late_free.append(node._saved)
+    node.release()
+
+
+# ----------------------------------------------------------------------------- handing on
+class _Sharing:
+    """Who else holds the memory of a node's gradients, for deciding which returned ones the
+    engine may later add into in place: only a dense buffer that nothing else holds, so
+    not (a view of) an incoming gradient someone else may hold, nor one returned for two
+    inputs at once. An incoming gradient the engine owned passes that on to a view of it
+    (the gradient of a transpose is a transpose of the gradient)."""
+
+    __slots__ = ("shared_in", "returned")
+
+    def __init__(self, grads: list, owned: list, results: tuple):
+        self.shared_in = [g._storage for g, own in zip(grads, owned)
+                          if g is not None and not own]
+        self.returned = [(g.grad if type(g) in _LAZY else g)._storage
+                         for g in results if g is not None]
+
+    def may_own(self, t: Tensor) -> bool:
+        st = t._storage
+        return (_count_is(self.returned, st) == 1 and not _count_is(self.shared_in, st)
+                and _dense(t))
+
+
+def _hand_on(node: Node, results: tuple, sharing: _Sharing, pending: dict, consumers: dict,
+             ready: _Ready, held: _Held) -> None:
+    """Add each returned gradient into the pending slot of the node it is for; a node whose
+    consumers have all run is ready."""
+    held.arrived = None
+    for edge, g in zip(node.next_functions, results):
+        if edge is None:
+            continue
+        nxt, nr = edge
+        if g is not None:
+            base = g.grad if type(g) in _LAZY else g  # a lazy gradient's piece
+            entry = pending.get(nxt)
+            if entry is None:
+                entry = pending[nxt] = _new_slots(nxt)
+            held.routed = (base, entry)
+            how = _accumulate(entry[0], entry[1], nr, g, sharing.may_own(base))
+            if how != "first":
+                _notify("on_accumulate", nxt, nr, how, base.nbytes)
+        consumers[nxt] -= 1
+        if consumers[nxt] == 0:
+            ready.push(nxt)
+
+
+def _dense(t: Tensor) -> bool:
+    """No element is reached twice (no stride-0 broadcast dim): safe to add into in place."""
+    return all(st != 0 or n == 1 for n, st in zip(t._shape, t._strides))
+
+
+def _count_is(items, x) -> int:
+    """How many of items are x itself (identity, not equality)."""
+    n = 0
+    for item in items:
+        if item is x:
+            n += 1
+    return n
+
+
+# ----------------------------------------------------------------------------- accumulation
+def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool) -> str:
+    """Add one more gradient into pending[nr]; says 'first', 'in-place' or 'new-buffer'.
+
+    `owned[nr]` says whether the engine alone holds the pending buffer, so it may add into
+    it in place; a pending gradient that is shared (passed through an add, say) is summed
+    out of place once, and that new buffer is then owned.
+    """
+    cur = pending[nr]
+    if cur is None:
+        pending[nr], owned[nr] = g, is_owned
+        return "first"
+    if not ledger_state.habits["inplace_grad_accumulation"]:  # the emulated habit
+        a = cur.materialize() if type(cur) in _LAZY else cur
+        b = g.materialize() if type(g) in _LAZY else g
+        pending[nr] = from_array(a._array() + b._array(), "grad-accumulate")
+        owned[nr] = True
+        return "new-buffer"
+    how = "in-place"
+    if type(cur) in _LAZY:  # first real accumulation: one buffer of the slot's shape
+        cur = pending[nr] = cur.materialize()
+        owned[nr] = True
+        how = "new-buffer"
+    if owned[nr]:
+        if type(g) in _LAZY:
+            g.add_into(cur)
+        else:
+            _add_inplace(cur, g)
+        return how
+    if type(g) in _LAZY:
+        buf = g.materialize()
+        _add_inplace(buf, cur)
+    else:
+        buf = from_array(cur._array() + g._array())
+    pending[nr], owned[nr] = buf, True
+    return "new-buffer"
+
+
+def _add_inplace(target: Tensor, g: Tensor) -> None:
+    arr = target._array()
+    src = g._array()
+    if src.shape != arr.shape:
+        src = src.reshape(arr.shape) if src.size == arr.size else src
+    arr += src
+    target._storage.version += 1
+
+
+# ----------------------------------------------------------------------------- lazy gradients
+class SliceGrad:
+    """The gradient of a slice, not yet written into a base-sized buffer.
+
+    `index` is the basic index (ints, slices, None, ...) that took the slice from a tensor
+    of `base_shape`. Several SliceGrads of one base are written into one buffer.
+    """
+
+    __slots__ = ("base_shape", "index", "grad", "op", "scope")
+
+    def __init__(self, base_shape, index: tuple, grad: Tensor):
+        self.base_shape, self.index, self.grad = base_shape, index, grad
+        # the backward that made it, for the ledger when the buffer is allocated later
+        self.op, self.scope = ledger_state.current["op"], ledger_state.current["scope"]
+
+    @property
+    def shape(self):
+        return self.base_shape
+
+    def add_into(self, buffer: Tensor) -> None:
+        """buffer[index] += grad, in place (buffer has base_shape, any dense strides)."""
+        shape, strides, offset = index_geometry(buffer._shape, buffer._strides,
+                                                buffer._offset, self.index)
+        view = backend.strided(buffer._storage.buffer, shape, strides, offset)
+        view += self.grad._array()
+        buffer._storage.version += 1
+
+    def materialize(self) -> Tensor:
+        g = self.grad
+        with _labelled(op=self.op, scope=self.scope):
+            buffer = from_array(_zeros_array(self.base_shape, g.dtype, g.device), "slice-grad")
+        self.add_into(buffer)
+        return buffer
+
+
+class ReshapeGrad:
+    """The gradient of a view op whose incoming gradient is laid out so that reshaping it
+    back to the input's shape would copy (the transposed gradient of q.view(B, T, nh, hs)).
+
+    It is written straight into whichever buffer receives it (the one buffer of a split,
+    say) through a strided view of that buffer, and only copied if it must stand alone.
+    """
+
+    __slots__ = ("grad", "shape", "op", "scope")
+
+    def __init__(self, grad: Tensor, shape: tuple):
+        self.grad, self.shape = grad, tuple(shape)
+        self.op, self.scope = ledger_state.current["op"], ledger_state.current["scope"]
+
+    def view_of(self, flat, shape, strides, offset):
+        """An array with the gradient's own shape over (shape, strides, offset), or None."""
+        grad_strides = view_strides(shape, strides, self.grad._shape)
+        if grad_strides is None:
+            return None
+        return backend.strided(flat, self.grad._shape, grad_strides, offset)
+
+    def add_into(self, buffer: Tensor) -> None:
+        view = self.view_of(buffer._storage.buffer, buffer._shape, buffer._strides,
+                            buffer._offset)
+        if view is None:
+            _add_inplace(buffer, self.materialize())
+            return
+        view += self.grad._array()
+        buffer._storage.version += 1
+
+    def materialize(self) -> Tensor:
+        with _labelled(op=self.op, scope=self.scope):
+            arr = backend.copy(self.grad._array()).reshape(self.shape)
+            return from_array(arr, "reshape-copy")
+
+
+_LAZY = (SliceGrad, ReshapeGrad)

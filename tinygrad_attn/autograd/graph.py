@@ -1,0 +1,483 @@
+"""The backward graph: what forward records for the engine to run later.
+
+`Function.apply` runs an op's forward without recording, then, if any input needs a
+gradient, makes `ctx` the graph node of the outputs: `ctx.fn` is the op,
+`ctx.next_functions` the edges to the nodes that produced the inputs, and
+`ctx.saved_tensors` what forward chose to keep, each checked against its version counter
+when read. Leaves that require grad get an `AccumulateGrad` node, as in PyTorch.
+
+Only two things write process-wide state here: `no_grad` / `enable_grad` /
+`set_grad_enabled` (grad mode), and `_relabel` / `_restore` (and `_labelled`, the
+with-statement over them), which set the op, call, scope and phase that the ledger stamps
+on each allocation, and grad mode while an op runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import weakref
+
+from ..memory import state as ledger_state
+from ..tensor import Tensor
+
+_seq = itertools.count()
+
+
+# ----------------------------------------------------------------------------- grad mode
+class GradMode:
+    enabled = True
+
+
+class _GradModeContext:
+    _target = True
+
+    def __enter__(self):
+        self._prev = GradMode.enabled
+        GradMode.enabled = self._target
+
+    def __exit__(self, *exc):
+        GradMode.enabled = self._prev
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradModeContext):
+    """Context manager / decorator: ops run without recording a graph (nothing is saved)."""
+
+    _target = False
+
+
+class enable_grad(_GradModeContext):
+    """Context manager / decorator: turn recording back on inside a no_grad region."""
+
+    _target = True
+
+
+class set_grad_enabled(_GradModeContext):
+    def __init__(self, mode: bool):
+        self._target = bool(mode)
+
+    def __call__(self, fn):  # pragma: no cover - used as a context manager
+        raise TypeError("set_grad_enabled is a context manager, not a decorator")
+
+
+def is_grad_enabled() -> bool:
+    return GradMode.enabled
+
+
+def _relabel(grad_enabled: bool | None = None, **labels) -> tuple:
+    """Set ledger labels (any of op, call, scope, phase: allocations carry them) and, if
+    given, grad mode; returns what `_restore` needs to put both back. With _labelled below,
+    the only writer of that process-wide state in the engine besides no_grad and friends."""
+    current = ledger_state.current
+    prev = current.copy(), GradMode.enabled  # every writer is scoped: restoring all is exact
+    current.update(labels)
+    if grad_enabled is not None:
+        GradMode.enabled = grad_enabled
+    return prev
+
+
+def _restore(prev: tuple) -> None:
+    labels, GradMode.enabled = prev
+    ledger_state.current.update(labels)
+
+
+class _labelled:
+    """with _labelled(op=..., scope=...): _relabel for the block, restored on exit.
+
+    Function.apply and the engine's node run call _relabel/_restore directly instead, in a
+    try/finally: the with-statement's extra frames cost a tenth of a small op's overhead."""
+
+    __slots__ = ("_labels", "_grad", "_prev")
+
+    def __init__(self, grad_enabled: bool | None = None, **labels):
+        self._labels, self._grad = labels, grad_enabled
+
+    def __enter__(self):
+        self._prev = _relabel(self._grad, **self._labels)
+
+    def __exit__(self, *exc):
+        _restore(self._prev)
+
+
+def _notify(event: str, *args) -> None:
+    """Tell the observers (the memory ledger) that define `event`."""
+    for obs in ledger_state.observers:
+        if hasattr(obs, event):
+            getattr(obs, event)(*args)
+
+
+# ----------------------------------------------------------------------------- nodes
+class Node:
+    """A node of the backward graph; for Function ops it is also the `ctx` forward saw."""
+
+    # defaults shared by all nodes (a node is made for every op call; keep __init__ short)
+    next_functions: tuple = ()
+    needs_input_grad: tuple = ()
+    _saved: list | None = ()
+    _released = False
+    seq = -1
+    _pre_hooks: dict | None = None
+    _outputs_meta: tuple = ()
+    input_shapes: tuple = ()
+    scope = ""  # the module scope the node was created in; its backward runs under it
+    _retained: dict | None = None  # output_nr -> weakref of a tensor that retains its grad
+    _materialize_grads: bool | None = None  # set_materialize_grads; None: the op's default
+    _dirty: tuple = ()  # mark_dirty's tensors, until apply has wired them
+    _non_differentiable: tuple = ()  # mark_non_differentiable's tensors, likewise
+
+    def __init__(self, fn=None):
+        self.fn = fn
+
+    @property
+    def name(self) -> str:
+        return f"{self.fn.__name__}Backward" if self.fn is not None else type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+    # -- what forward declares -----------------------------------------------------------
+    def save_for_backward(self, *tensors) -> None:
+        """Keep tensors for backward. Recorded with their storage's version counter.
+
+        An output of an op under the "recompute" save policy (see ta.memory.save_policy)
+        is kept as a recipe instead: the producing node, rebuilt from its own saved
+        tensors when this node's backward reads it.
+        """
+        saved = []
+        policies = ledger_state.policies
+        for t in tensors:
+            if t is None:
+                saved.append(None)
+                continue
+            producer = t.grad_fn
+            if (producer is not None and producer is not self and producer._saved
+                    and policies.get(producer.fn.policy) == "recompute"
+                    and t._output_nr == 0 and t._base is None):
+                saved.append(_Recipe(producer, t))
+                continue
+            saved.append((t, t._storage.version))
+        self._saved = saved
+
+    def mark_dirty(self, *tensors) -> None:
+        """Forward wrote these inputs in place and returns them (PyTorch's ctx.mark_dirty).
+
+        Call it right after the write: the version counter each shares with its views moves
+        on here, so a tensor saved before this call (an operand that may alias the written
+        one) is checked against the values before the write, and one saved after it against
+        the written values. apply then makes this node the returned tensor's grad_fn (its
+        history now runs through the write) and marks views taken earlier as stale. While
+        recording, a leaf that requires grad and a view are refused (after the version moved,
+        as the memory did; the built-in in-place ops check before writing).
+        """
+        for t in tensors:
+            t._storage.version += 1
+        recording = any(self.needs_input_grad)
+        for t in tensors:
+            check_inplace(self.fn.__name__, t, recording)
+        self._dirty = self._dirty + tensors
+
+    def mark_non_differentiable(self, *outputs) -> None:
+        """These outputs get no gradient (requires_grad False, no grad_fn); backward still
+        receives one per output for them: zeros, or None without materialized grads."""
+        self._non_differentiable = self._non_differentiable + outputs
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """False: backward receives None (not zeros) for outputs that got no gradient."""
+        self._materialize_grads = bool(value)
+
+    @property
+    def materialize_grads(self) -> bool:
+        own = self._materialize_grads
+        return self.fn.materialize_grads if own is None else own
+
+    # -- what backward reads -------------------------------------------------------------
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._saved is None:
+            raise RuntimeError(
+                f"{self.name}: trying to backward through the graph a second time (or to read "
+                "saved tensors after they were freed). Pass retain_graph=True to the first "
+                "backward() if you need to run backward twice."
+            )
+        out = []
+        for i, item in enumerate(self._saved):
+            if item is None:
+                out.append(None)
+                continue
+            if type(item) is _Recipe:
+                out.append(item.rebuild(self.name, i))
+                continue
+            t, version = item
+            if t._storage.version != version:
+                raise RuntimeError(
+                    f"{self.name}: one of the tensors needed for gradient computation has been "
+                    f"modified by an in-place operation: saved tensor {i} of shape "
+                    f"{tuple(t.shape)} is at version {t._storage.version}; expected version "
+                    f"{version}. Use an out-of-place op (or clone() before the in-place one)."
+                )
+            out.append(t)
+        return tuple(out)
+
+    def saved_tensor_list(self) -> list:
+        """The saved tensors as they are (no version check): for inspection and the ledger.
+        Recipes hold no tensor of their own and are not listed."""
+        if not self._saved:
+            return []
+        return [s[0] for s in self._saved if s is not None and type(s) is not _Recipe]
+
+    def saved_bytes(self) -> int:
+        """Bytes this node keeps alive, each storage counted once."""
+        seen = {}
+        for t in self.saved_tensor_list():
+            seen[t._storage.id] = t._storage.nbytes
+        return sum(seen.values())
+
+    def release(self) -> None:
+        if self._saved:
+            _notify("on_release", self)
+        self._saved = None
+        self._released = True
+
+    def register_prehook(self, output_nr: int, fn) -> _HookHandle:
+        if self._pre_hooks is None:
+            self._pre_hooks = {}
+        hooks = self._pre_hooks.setdefault(output_nr, [])
+        hooks.append(fn)
+        return _HookHandle(hooks, fn)
+
+
+def check_inplace(op: str, t: Tensor, recording: bool) -> None:
+    """Refuse, while recording, to write into a leaf that requires grad (the value its
+    gradient is for would be gone) or into a view (its base's history cannot be rewritten)."""
+    if not recording:
+        return
+    if t.requires_grad and t.grad_fn is None:
+        raise RuntimeError(
+            f"{op}: a leaf tensor that requires grad (shape {tuple(t.shape)}) is being used "
+            "in an in-place operation; do it under ta.no_grad() or on a copy"
+        )
+    base = t._base
+    if base is not None and base.requires_grad and base.grad_fn is None:
+        raise RuntimeError(
+            f"{op}: a view (shape {tuple(t.shape)}) of a leaf tensor that requires grad is "
+            "being used in an in-place operation; do it under ta.no_grad() or on a copy"
+        )
+    if base is not None:
+        raise RuntimeError(
+            f"{op}: in-place modification of a view (shape {tuple(t.shape)}) while recording "
+            "gradients is not supported; write into the base tensor (base[index] = value) or "
+            "use an out-of-place op"
+        )
+
+
+class _Recipe:
+    """A saved output to rebuild in backward from the node that produced it."""
+
+    __slots__ = ("producer", "storage", "version", "shape")
+
+    def __init__(self, producer: Node, t: Tensor):
+        self.producer = producer
+        self.storage = weakref.ref(t._storage)  # only to notice in-place changes
+        self.version = t._storage.version
+        self.shape = t.shape
+
+    def rebuild(self, consumer: str, index: int) -> Tensor:
+        st = self.storage()
+        if st is not None and st.version != self.version:
+            raise RuntimeError(
+                f"{consumer}: saved tensor {index} of shape {tuple(self.shape)} (kept as a "
+                f"recipe of {self.producer.name}) was modified by an in-place operation"
+            )
+        if self.producer._saved is None:
+            raise RuntimeError(
+                f"{consumer}: saved tensor {index} is rebuilt from {self.producer.name}, whose "
+                "saved tensors were already freed; use retain_graph=True"
+            )
+        with _labelled(grad_enabled=False):
+            return self.producer.fn.recompute(self.producer)
+
+
+class AccumulateGrad(Node):
+    """The node of a leaf tensor: adds the incoming gradient into `variable.grad`."""
+
+    def __init__(self, variable: Tensor):
+        super().__init__(None)
+        self.variable = variable
+        self.seq = next(_seq)
+
+    @property
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+
+class _HookHandle:
+    def __init__(self, hooks: list, fn):
+        self._hooks, self._fn = hooks, fn
+
+    def remove(self) -> None:
+        if self._fn in self._hooks:
+            self._hooks.remove(self._fn)
+
+
+def _accumulator(t: Tensor) -> AccumulateGrad:
+    acc = t._acc() if t._acc is not None else None
+    if acc is None:
+        acc = AccumulateGrad(t)
+        t._acc = weakref.ref(acc)
+    return acc
+
+
+def gradient_edge(t: Tensor):
+    """(node, output_nr) that receives the gradient of `t`."""
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)
+    return (_accumulator(t), 0)
+
+
+# ----------------------------------------------------------------------------- Function
+class Function:
+    """Base class of every differentiable op, and the public custom-op API.
+
+    Subclasses define `forward(ctx, *args)` (returns a Tensor or a tuple of Tensors) and
+    `backward(ctx, *grad_outputs)` (returns one gradient or None per forward argument).
+    In forward, `ctx.save_for_backward(...)` keeps tensors, `ctx.needs_input_grad` says
+    which inputs need a gradient, `ctx.mark_dirty(...)` declares inputs written in place,
+    `ctx.mark_non_differentiable(...)` outputs without a gradient, and
+    `ctx.set_materialize_grads(False)` asks for None instead of zeros; any other attribute
+    may be stored on ctx. The class attributes below are everything the engine and the
+    memory ledger read from an op.
+    """
+
+    materialize_grads: bool = True
+    """Pass zeros (not None) to backward for outputs that got no gradient."""
+
+    takes_lazy_grads: bool = False
+    """backward accepts a ReshapeGrad as it comes, to write it into place without a copy."""
+
+    policy: str | None = None
+    """This op's key in the save-policy table (ta.memory.save_policy); None: always saves."""
+
+    saves: dict | None = None
+    """What forward keeps under each save policy ("save", "recompute"), in words."""
+
+    @staticmethod
+    def forward(ctx, *args):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, *grads):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @staticmethod
+    def recompute(ctx):  # pragma: no cover - abstract
+        """The output of the call behind ctx, rebuilt from its saved tensors (ops with a
+        `policy`: a later node keeps this recipe instead of the output under "recompute")."""
+        raise NotImplementedError
+
+    @staticmethod
+    def saved_bytes_formula(shape, itemsize, policy):  # pragma: no cover - abstract
+        """Bytes forward saves for an input of `shape` under `policy` (ops with a `policy`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        ctx = Node(cls)
+        record = _connect_inputs(ctx, args)
+        prev = _relabel(op=cls.__name__, call=id(ctx), grad_enabled=False)
+        try:
+            out = cls.forward(ctx, *args, **kwargs)
+        finally:
+            _restore(prev)
+        if record:
+            ctx.seq = next(_seq)
+            ctx.scope = ledger_state.current["scope"]
+            if ctx._saved:
+                _unlink_saved_outputs(ctx, out)
+                _notify("on_save", ctx)
+            _connect_outputs(ctx, out)
+        if ctx._dirty:
+            _take_dirty(ctx, out)
+        if ctx._non_differentiable:
+            del ctx._non_differentiable
+        return out
+
+
+def _connect_inputs(ctx: Node, args: tuple) -> bool:
+    """Set ctx.needs_input_grad; if any input needs a gradient, also the edges to the nodes
+    that produced them. Returns whether this call is recorded."""
+    if not GradMode.enabled:
+        ctx.needs_input_grad = (False,) * len(args)
+        return False
+    needs, record = [], False
+    for a in args:
+        need = type(a) is Tensor and a.requires_grad
+        needs.append(need)
+        record = record or need
+    ctx.needs_input_grad = needs = tuple(needs)
+    if record:
+        edges, shapes = [], []
+        for a, need in zip(args, needs):
+            edges.append(_input_edge(a, ctx.fn) if need else None)
+            shapes.append(a._shape if need else None)
+        ctx.next_functions, ctx.input_shapes = tuple(edges), tuple(shapes)
+    return record
+
+
+def _connect_outputs(ctx: Node, out) -> None:
+    """Make ctx the grad_fn of each floating-point output not marked non-differentiable."""
+    if type(out) is Tensor and not ctx._non_differentiable:  # the common case, kept short
+        if out.dtype.is_floating_point:
+            out.requires_grad, out.grad_fn, out._output_nr = True, ctx, 0
+        ctx._outputs_meta = ((out._shape, out.dtype, out.device),)
+        return
+    outs = (out,) if type(out) is Tensor else out
+    skip = ctx._non_differentiable
+    for i, o in enumerate(outs):
+        if o.dtype.is_floating_point and not any(o is s for s in skip):
+            o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
+    ctx._outputs_meta = tuple([(o._shape, o.dtype, o.device) for o in outs])
+
+
+def _take_dirty(ctx: Node, out) -> None:
+    """Tensors forward wrote in place must come back as outputs; those whose history now
+    runs through ctx make the views taken before the write stale."""
+    outs = (out,) if type(out) is Tensor else out
+    for t in ctx._dirty:
+        if not any(t is o for o in outs):
+            raise RuntimeError(
+                f"{ctx.fn.__name__}: a tensor marked dirty (shape {tuple(t.shape)}) was not "
+                "returned by forward; an op that modifies inputs in place must return them"
+            )
+        if t.grad_fn is ctx:
+            t._storage.history_version = t._storage.version
+    del ctx._dirty
+
+
+def _unlink_saved_outputs(ctx: Node, out) -> None:
+    """A saved output is kept as a detached alias: output -> node -> output would be a
+    reference cycle, freed only by the cyclic garbage collector instead of at once."""
+    outs = (out,) if type(out) is Tensor else out
+    saved = ctx._saved
+    for i, item in enumerate(saved):
+        if type(item) is tuple and any(item[0] is o for o in outs):
+            saved[i] = (item[0].detach(), item[1])
+
+
+def _input_edge(t: Tensor, fn) -> tuple:
+    if t._base is not None and t._storage.history_version > t._view_version:
+        raise RuntimeError(
+            f"{fn.__name__}: input of shape {tuple(t.shape)} is a view whose base was modified "
+            "in place (with autograd recording) after the view was taken, so the view's "
+            "recorded history is stale; take the view again after the in-place op."
+        )
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)
+    return (_accumulator(t), 0)
