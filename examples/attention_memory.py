@@ -27,6 +27,7 @@ import argparse
 import gc
 import os
 import re
+import sys
 import time
 from dataclasses import replace
 
@@ -157,14 +158,19 @@ def make_batch(cfg: nn.GPTConfig, batch: int, seed: int = 0):
 
 
 def measure(cfg: nn.GPTConfig, batch: int, habits: dict | None = None, limit=None,
-            keep_profile: bool = False, html: str | None = None) -> dict:
+            keep_profile: bool = False, viewer: bool = False) -> dict:
     """One training step under the ledger; returns the figures of one table row.
 
     A fresh model and optimizer each time (so AdamW's state is made inside the step, as
     on a first step). With `limit`, the step runs under `ta.memory.limit` and a
     `ta.OutOfMemoryError` is caught and reported as row['oom']. `keep_profile` keeps the
-    timeline (row['timeline']); `html` writes the ledger's own HTML timeline there.
+    timeline (row['timeline']); `viewer` keeps the HTML viewer's data (row['viewer']).
+    A line on stderr says which run starts (a run takes seconds; the table waits for it).
     """
+    switches = ", ".join(k for k, v in (habits or {}).items() if v) or "no switch"
+    print(f"  running attn={cfg.attn} checkpoint={'yes' if cfg.checkpoint else 'no'} "
+          f"B={batch} ({switches}{', under a limit' if limit is not None else ''})",
+          file=sys.stderr, flush=True)
     gc.collect()
     ta.manual_seed(0)
     model = nn.GPT(cfg)
@@ -188,8 +194,7 @@ def measure(cfg: nn.GPTConfig, batch: int, habits: dict | None = None, limit=Non
     # profile ends falls back to the category it had when allocated (AdamW's state, tagged
     # just after its allocation, would show as 'temporary')
     timeline = prof.timeline() if keep_profile else None
-    if html:
-        prof.plot_html(html, title=f"{cfg.attn} B={batch}")
+    viewer_data = prof.viewer_data(f"{cfg.attn} B={batch}") if viewer else None
     del model, opt, idx, tgt
     row = {
         "attn": cfg.attn, "checkpoint": cfg.checkpoint, "batch": batch, "seconds": seconds,
@@ -202,6 +207,8 @@ def measure(cfg: nn.GPTConfig, batch: int, habits: dict | None = None, limit=Non
     }
     if keep_profile:
         row["timeline"] = timeline
+    if viewer:
+        row["viewer"] = viewer_data
     return row
 
 
@@ -288,23 +295,16 @@ def have_matplotlib() -> bool:
     return True
 
 
-def html_paths(path: str, titles) -> dict:
-    stem = os.path.splitext(path)[0]
-    return {t: f"{stem}.{t.split()[0]}.html" for t in titles}
-
-
 def plot_timelines(rows: dict, path: str) -> list:
-    """Stacked timelines of several measured steps side by side: a PNG (the rows need
-    their timelines: measure(..., keep_profile=True)); without matplotlib, an HTML page
-    holding the pages measure(..., html=...) wrote with the ledger's plot_html."""
+    """Several measured steps side by side: the HTML viewer (one page, one byte scale for
+    all; the rows need measure(..., viewer=True)) next to `path`, and with matplotlib the
+    stacked timelines as the PNG `path` (the rows need measure(..., keep_profile=True))."""
+    index = os.path.splitext(path)[0] + ".html"
+    ta.memory.plot_html({title: row["viewer"] for title, row in rows.items()}, index)
     if not have_matplotlib():
-        pages = list(html_paths(path, rows).values())
-        frames = "".join(f'<iframe src="{os.path.basename(p)}" style="width:49%;height:900px">'
-                         "</iframe>" for p in pages)
-        index = os.path.splitext(path)[0] + ".html"
-        with open(index, "w", encoding="utf-8") as fh:
-            fh.write(f"<!doctype html><meta charset='utf-8'><div>{frames}</div>")
-        return [index, *pages]
+        print(f"matplotlib is not installed: wrote the HTML viewer {index} instead of {path} "
+              "(pip install matplotlib for the PNG)")
+        return [index]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -334,7 +334,7 @@ def plot_timelines(rows: dict, path: str) -> list:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return [path]
+    return [path, index]
 
 
 # ----------------------------------------------------------------------------- report
@@ -358,9 +358,6 @@ def main(argv=None) -> dict:
     batches = args.batch or ([4, 8] if args.quick else [32, 64])
     limit = ta.memory.parse_bytes(args.limit)
     big = max(batches)
-    html_for = {}  # the ledger's HTML timelines, written during the runs, if no matplotlib
-    if args.plot and not have_matplotlib():
-        html_for = html_paths(args.plot, [f"naive B={big}", f"flash B={big}"])
     out: dict = {"rows": [], "emulation": [], "predictions": []}
 
     print(f"# Attention memory: n_layer {base.n_layer}, n_head {base.n_head}, n_embd "
@@ -380,8 +377,7 @@ def main(argv=None) -> dict:
             for ckpt in (False, True):
                 cfg = replace(base, attn=attn, checkpoint=ckpt)
                 keep = bool(args.plot) and batch == big and not ckpt and attn != "views"
-                html = html_for.get(f"{attn} B={batch}") if keep else None
-                r = measure(cfg, batch, keep_profile=keep, html=html)
+                r = measure(cfg, batch, keep_profile=keep, viewer=keep)
                 rows[(attn, ckpt, batch)] = r
                 out["rows"].append(r)
                 fsaved = r["floor"]["saved_activations"]

@@ -1,12 +1,16 @@
 """A tour of the engine's internals, printed: views, a graph and what it saved, a gradient.
 
-    python examples/autodiff_tour.py
+    python examples/autodiff_tour.py [OUT_DIR]     (writes OUT_DIR/graph.svg, default .)
 
 (a) Views: a Tensor is (shape, strides, storage_offset) over one Storage; views share it.
 (b) A graph: each op's node keeps only what its backward needs; we walk it and look.
 (c) A gradient by hand: the chain rule over the saved tensors equals what backward() gives.
 (d) gradcheck: the same gradients against finite differences, in float64.
+(e) A picture: ta.viz draws a graph, with what each node saved, as graph.svg.
 """
+
+import os
+import sys
 
 import numpy as np
 
@@ -124,3 +128,16 @@ w = ta.randn(3, 4, dtype=ta.float64, requires_grad=True)
 t = ta.randn(2, 4, dtype=ta.float64)
 print("(x @ w).softmax(-1) * t, summed:",
       ta.gradcheck(lambda x, w, t: ((x @ w).softmax(-1) * t).sum(), [x, w, t]))
+
+# ----------------------------------------------------------------------------- (e) picture
+header("(e) a picture: ta.viz.draw(loss, params) -> graph.svg")
+x = ta.randn(4, 3, requires_grad=True)
+w = ta.randn(3, 12, requires_grad=True)
+q, k, v = (x @ w).split(4, dim=-1)  # three views of one (4, 12) tensor: saving q pins all
+loss = ((q @ k.mT).softmax(-1) @ v).sum()
+graph = ta.viz.draw(loss, params={"x": x, "w": w})  # dict(model.named_parameters()) in a model
+out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
+path = graph.save(os.path.join(out_dir, "graph.svg"))
+print(f"{len(graph.nodes)} boxes, {len(graph.edges)} arrows, "
+      f"{graph.saved_bytes} bytes saved for backward")
+print(f"wrote {os.path.abspath(path)} (open it in a browser; graph.to_dot() gives DOT text)")

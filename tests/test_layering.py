@@ -20,6 +20,7 @@ LAYERS = {
     "ops": 5, "creation": 5,
     "functional": 6, "gradcheck": 6, "checkpoint": 6, "linalg": 6,
     "memory": 7,
+    "viz": 8,
     "__init__": 9,
 }
 # Tensor's methods are its public face: `x.exp()` runs an op and `loss.backward()` runs the

@@ -6,6 +6,7 @@ where the bytes of a training step go. See README.md and DESIGN.md.
 
 from . import tensor as _tensor_module  # noqa: F401,I001 - first: binds the op layer
 from . import autograd, backend, checkpoint, cuda, functional, linalg, memory, ops  # noqa: F401
+from . import viz  # noqa: F401 - ta.viz.draw(loss): the graph as SVG / DOT
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .backend import (  # noqa: F401
     DType, bool_, float16, float32, float64, int8, int32, int64, uint8,

@@ -45,6 +45,6 @@ from .counters import (  # noqa: F401
 from .scopes import module_scope, scope_of_call  # noqa: F401
 from .tracker import get_limit, limit, set_limit  # noqa: F401
 from .ledger import (  # noqa: F401
-    MemoryBudgetError, OutOfMemoryError, Profile, StepStats, memcheck, profile, saved_bytes,
-    step_stats,
+    MemoryBudgetError, OutOfMemoryError, Profile, StepStats, memcheck, plot_html, profile,
+    saved_bytes, step_stats,
 )

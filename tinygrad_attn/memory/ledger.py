@@ -324,9 +324,50 @@ class Profile:
         return render.plot_png(self.timeline(), self._summary["peak"], path, title)
 
     def plot_html(self, path: str, title: str = "live bytes by category") -> str:
-        """The same timeline as a self-contained HTML page (inline SVG, no dependency)."""
-        return render.plot_html(self.timeline(), self._summary["peak"], self.report(), path,
-                                title)
+        """The timeline as one self-contained interactive HTML page (no dependency, nothing
+        fetched): hover for bytes, shapes, ops and source lines, zoom, click the peak."""
+        return render.plot_html([self.viewer_data(title)], path, title)
+
+    def viewer_data(self, title: str = "live bytes by category") -> dict:
+        """What the HTML viewer draws for this profile (plain data; see plot_html()). Call it
+        while the model lives, as timeline(): a tag set after the profile is read live."""
+        return render.viewer_data(self.timeline(), self._summary, self._tracker.events,
+                                  self._allocations(), self.report(), title)
+
+    def _allocations(self) -> list:
+        """Each storage seen: its lifetime in events (t1 None: still live at the end), what
+        it is, who made it and why, and its category (saved if a node ever saved it)."""
+        tr = self._tracker
+        t0, t1, ever_saved = {}, {}, set()
+        for e in tr.events:
+            if e["kind"] == "alloc":
+                t0[e["sid"]] = e["t"]
+            elif e["kind"] == "free":
+                t1[e["sid"]] = e["t"]
+            elif e["kind"] == "save":
+                ever_saved.update(e["sids"])
+        out = []
+        for sid, info in tr.info.items():
+            if not info["preexisting"] and sid not in t0:
+                continue
+            cat = tr.category(sid, {})
+            if sid in ever_saved and cat not in ("parameter", "gradient", "optimizer_state"):
+                cat = "saved"
+            out.append({"t0": t0.get(sid, 0), "t1": t1.get(sid), "bytes": info["bytes"],
+                        "dtype": info["dtype"], "shape": info["shape"], "op": info["op"],
+                        "scope": info["scope"], "phase": info["phase"],
+                        "source": info["source"], "copy_reason": info["copy_reason"],
+                        "category": cat})
+        return out
+
+
+def plot_html(runs, path: str, title: str | None = None) -> str:
+    """Several profiles in one interactive HTML page on one byte scale, to compare them:
+    `runs` maps titles to Profiles (or to their viewer_data()), or lists viewer_data()."""
+    if isinstance(runs, dict):
+        runs = [r.viewer_data(t) if isinstance(r, Profile) else dict(r, title=t)
+                for t, r in runs.items()]
+    return render.plot_html(list(runs), path, title)
 
 
 def profile(source_lines: bool = False, device: str = "cpu", raw: bool = False) -> Profile:

@@ -146,89 +146,378 @@ def plot_png(tl: dict, pk: dict, path: str, title: str) -> str:
             "plot_html(), which needs nothing)"
         ) from e
     xs = list(range(len(tl["phases"])))
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.8))
     ys = [[b / 2**20 for b in tl["series"][c]] for c in CATEGORIES]
     ax.stackplot(xs, ys, labels=CATEGORIES, colors=[_COLORS[c] for c in CATEGORIES])
-    for x, label in _phase_changes(tl["phases"]):
+    ax.set_xlim(0, max(len(xs) - 1, 1))
+    for x, _ in _phase_changes(tl["phases"]):
         ax.axvline(x, color="k", lw=0.8, ls="--")
-        ax.text(x, ax.get_ylim()[1] * 0.97, f" {label}", va="top", fontsize=8)
     if pk["t"] >= 0:
         ax.plot([pk["t"]], [pk["bytes"] / 2**20], "rv")
         ax.annotate(f"peak {fmt_bytes(pk['bytes'])}", (pk["t"], pk["bytes"] / 2**20),
                     textcoords="offset points", xytext=(5, 5), fontsize=8, color="r")
     ax.set_xlabel("event (allocation, free, save, release)")
     ax.set_ylabel("MiB live")
-    ax.set_title(title)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(title, pad=44)
+    # outside the axes, so it hides no band and no phase name
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
     fig.tight_layout()
+    _phase_labels(fig, ax, _phase_changes(tl["phases"]))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-class _Canvas:
-    """The HTML timeline's coordinates: event i and bytes v to SVG x, y."""
-
-    W, H, pad = 960, 360, 40
-
-    def __init__(self, n_events: int, top: int) -> None:
-        self.n = max(n_events, 1)
-        self.top = top
-
-    def xy(self, i, v):
-        W, H, pad = self.W, self.H, self.pad  # noqa: N806
-        return pad + (W - 2 * pad) * i / max(self.n - 1, 1), H - pad - (H - 2 * pad) * v / self.top
-
-
-def _svg_areas(tl: dict, canvas: _Canvas) -> list:
-    """One polygon per category, stacked in CATEGORIES order."""
-    polys = []
-    lower = [0] * len(tl["phases"])
-    for c in CATEGORIES:
-        upper = [lo + v for lo, v in zip(lower, tl["series"][c])]
-        if any(tl["series"][c]):
-            pts = [canvas.xy(i, v) for i, v in enumerate(upper)]
-            pts += [canvas.xy(i, v) for i, v in reversed(list(enumerate(lower)))]
-            path_d = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
-            polys.append(f'<polygon points="{path_d}" fill="{_COLORS[c]}">'
-                         f"<title>{c}</title></polygon>")
-        lower = upper
-    return polys
+def _phase_labels(fig, ax, changes, rows: int = 3) -> None:
+    """Each phase's name above the axes where it starts, in the first of `rows` rows where
+    it overlaps no name already placed (phases a few events apart would print over each
+    other); a name that fits in no row is left out (its dashed line stays)."""
+    renderer = fig.canvas.get_renderer()
+    placed = [[] for _ in range(rows)]  # per row: (x0, x1) extents in pixels
+    for x, label in changes:
+        for r in range(rows):
+            text = ax.text(x, 1.01 + 0.06 * r, f" {label}", fontsize=8, va="bottom",
+                           transform=ax.get_xaxis_transform(), clip_on=False)
+            box = text.get_window_extent(renderer)
+            if all(box.x1 <= a or box.x0 >= b for a, b in placed[r]):
+                placed[r].append((box.x0, box.x1))
+                break
+            text.remove()
 
 
-def _svg_marks(tl: dict, pk: dict, canvas: _Canvas) -> list:
-    """Dashed lines where the phase changes, and a red dot at the peak."""
-    marks = []
-    pad, H = canvas.pad, canvas.H  # noqa: N806
-    for i, label in _phase_changes(tl["phases"]):
-        x, _ = canvas.xy(i, 0)
-        marks.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{pad}" y2="{H - pad}" '
-                     f'stroke="black" stroke-dasharray="4"/><text x="{x + 3:.1f}" '
-                     f'y="{pad + 12}" font-size="11">{label}</text>')
-    if pk["t"] >= 0:
-        x, y = canvas.xy(pk["t"], pk["bytes"])
-        marks.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="red"/><text '
-                     f'x="{x + 6:.1f}" y="{y - 6:.1f}" font-size="11" fill="red">peak '
-                     f'{fmt_bytes(pk["bytes"])}</text>')
-    return marks
+# ----------------------------------------------------------------------------- the viewer
+def _first_fit(allocations: list) -> int:
+    """Give each allocation an `offset`: the lowest gap among the live ones that fits it, in
+    event order, as a simple allocator would. Returns the highest end (the drawing's top)."""
+    actions = []
+    for i, a in enumerate(allocations):
+        actions.append((a["t0"], 1, i))
+        if a["t1"] is not None:
+            actions.append((a["t1"], 0, i))
+    live, top = [], 0  # live: [offset, end, i] sorted by offset
+    for _, is_alloc, i in sorted(actions):
+        a = allocations[i]
+        if not is_alloc:
+            live = [blk for blk in live if blk[2] != i]
+            continue
+        offset = 0
+        for lo, hi, _ in live:
+            if lo - offset >= a["bytes"]:
+                break
+            offset = max(offset, hi)
+        a["offset"] = offset
+        live.append([offset, offset + a["bytes"], i])
+        live.sort()
+        top = max(top, offset + a["bytes"])
+    return top
 
 
-def plot_html(tl: dict, pk: dict, report_text: str, path: str, title: str) -> str:
-    """The timeline as a self-contained HTML page (inline SVG) above the text report."""
-    n_events = len(tl["phases"])
-    totals = [sum(tl["series"][c][i] for c in CATEGORIES) for i in range(n_events)]
-    canvas = _Canvas(n_events, max(totals + [1]))
-    W, H, pad = canvas.W, canvas.H, canvas.pad  # noqa: N806
-    legend = " ".join(f'<span style="background:{_COLORS[c]};padding:0 8px"></span> {c}'
+def viewer_data(tl: dict, s: dict, events: list, allocations: list, report_text: str,
+                title: str) -> dict:
+    """What one run's viewer draws, as plain data (JSON): the timeline by category, the
+    phases, each event's op and module, each allocation's lifetime and description, the
+    peaks and the backward-peak explainer's text."""
+    n = len(tl["phases"])
+    top = _first_fit(allocations)
+    strings: dict = {}
+
+    def code(text):
+        return strings.setdefault(text or "", len(strings))
+
+    ev_op = [code(e["op"]) for e in events]
+    ev_scope = [code(e["scope"]) for e in events]
+    pk, bp = s["peak"], s["backward_peak"]
+    explainer = "\n\n".join(part for part in (
+        _headline(s), _holders(pk["holders"], 10), _backward_peak(bp, 15)) if part)
+    return {
+        "title": title, "n": n, "series": {c: tl["series"][c] for c in CATEGORIES},
+        "phases": [[i, p] for i, p in _phase_changes(tl["phases"])],
+        "strings": list(strings), "ev_op": ev_op, "ev_scope": ev_scope,
+        "allocations": allocations, "alloc_top": top,
+        "live_top": max([sum(tl["series"][c][i] for c in CATEGORIES) for i in range(n)] + [1]),
+        "peak": {"t": pk["t"], "bytes": pk["bytes"], "op": pk["op"], "phase": pk["phase"]},
+        "backward_peak": None if bp is None else {"t": bp["t"], "bytes": bp["bytes"],
+                                                  "op": bp["op"]},
+        "explainer": explainer, "report": report_text,
+    }
+
+
+def plot_html(runs: list, path: str, title: str | None = None) -> str:
+    """One self-contained HTML page (inline script, nothing fetched) drawing each run's
+    viewer_data: live bytes by category above each allocation's lifetime, all runs on one
+    byte scale. Hover a band or an allocation for its details, drag or wheel to zoom the
+    event axis, click a peak marker for what was live there."""
+    import json
+
+    title = title or " vs ".join(r["title"] for r in runs)
+    y_max = max([max(r["alloc_top"], r["live_top"]) for r in runs] + [1])
+    payload = json.dumps({"runs": runs, "y_max": y_max, "colors": _COLORS,
+                          "categories": list(CATEGORIES)}).replace("</", "<\\/")
+    legend = " ".join(f'<span class="sw" style="background:{_COLORS[c]}"></span>{c}'
                       for c in CATEGORIES)
-    escaped = report_text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    page = (f"<!doctype html><meta charset='utf-8'><title>{title}</title>"
-            f"<h3>{title}</h3><div>{legend}</div>"
-            f'<svg width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg">'
-            f'<rect width="{W}" height="{H}" fill="white"/>{"".join(_svg_areas(tl, canvas))}'
-            f'{"".join(_svg_marks(tl, pk, canvas))}<text x="{pad}" y="{H - 10}" '
-            f'font-size="11">events (0..{canvas.n - 1}); top = {fmt_bytes(canvas.top)}</text>'
-            f"</svg><pre>{escaped}</pre>")
+    blocks = "".join(
+        f'<section class="run" id="run{k}"><h4>{_esc(r["title"])}</h4>'
+        '<div class="controls"><button class="reset">reset zoom</button> '
+        "<span>wheel or drag: zoom the event axis; click a red peak marker: what was live"
+        '</span></div><svg class="chart"></svg><pre class="explainer" hidden></pre>'
+        f"<details><summary>the ledger's report</summary><pre>{_esc(r['report'])}</pre>"
+        "</details></section>" for k, r in enumerate(runs))
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
+            f"<style>{_CSS}</style></head><body><h3>{_esc(title)}</h3>"
+            f'<div class="legend">{legend}</div>{blocks}<div id="tip"></div>'
+            f"<script>const DATA = {payload};\n{_SCRIPT}</script></body></html>")
     with open(path, "w", encoding="utf-8") as f:
         f.write(page)
     return path
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_CSS = """
+body { font: 13px sans-serif; margin: 12px; }
+.legend { margin: 4px 0 8px; } .sw { display: inline-block; width: 14px; height: 10px;
+  margin: 0 4px 0 12px; }
+.run { margin-bottom: 18px; } .run h4 { margin: 8px 0 2px; }
+svg.chart { display: block; user-select: none; }
+.xtick, .ytick, .phase { font-size: 11px; } .panel-title { font-size: 12px; font-weight: bold; }
+.peak { cursor: pointer; }
+pre.explainer { background: #fff8e6; border: 1px solid #e0c070; padding: 6px; }
+#tip { position: fixed; display: none; pointer-events: none; background: #222; color: #fff;
+  font: 12px monospace; padding: 6px 8px; border-radius: 4px; white-space: pre;
+  z-index: 10; }
+"""
+
+_SCRIPT = r"""
+(function () {
+  const NS = "http://www.w3.org/2000/svg";
+  const W = 980, L = 74, R = 16, PH = 190, TA = 64, TB = TA + PH + 54, H = TB + PH + 40;
+  const PW = W - L - R, CATS = DATA.categories, YMAX = DATA.y_max;
+  const tip = document.getElementById("tip");
+
+  function el(tag, attrs, parent, text) {
+    const e = document.createElementNS(NS, tag);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function fmtBytes(n) {
+    const units = ["B", "KiB", "MiB", "GiB"];
+    let i = 0;
+    while (Math.abs(n) >= 1024 && i < 3) { n /= 1024; i++; }
+    return i === 0 ? n.toFixed(0) + " B" : n.toFixed(2) + " " + units[i];
+  }
+  function nice(x) {  // 1, 2 or 5 times a power of ten, at least x
+    const p = Math.pow(10, Math.floor(Math.log10(x))), m = x / p;
+    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
+  }
+  function byteTicks(max) {  // ticks in the largest binary unit below max: 0, 64 MiB, ...
+    const units = ["B", "KiB", "MiB", "GiB"];
+    let k = 0;
+    while (k < 3 && max >= 1024 ** (k + 1)) k++;
+    const unit = 1024 ** k, step = nice(max / unit / 5), out = [];
+    for (let v = 0; v <= max / unit + 1e-9; v += step)
+      out.push([v * unit, (+v.toPrecision(6)) + " " + units[k]]);
+    return out;
+  }
+  function showTip(ev, lines) {
+    tip.textContent = lines.join("\n");
+    tip.style.display = "block";
+    tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - tip.offsetWidth - 4) + "px";
+    tip.style.top = (ev.clientY + 14) + "px";
+  }
+  function hideTip() { tip.style.display = "none"; }
+
+  DATA.runs.forEach(function (run, k) {
+    const section = document.getElementById("run" + k);
+    const svg = section.querySelector("svg.chart");
+    svg.setAttribute("width", W); svg.setAttribute("height", H);
+    svg.setAttribute("xmlns", NS);
+    const explainer = section.querySelector(".explainer");
+    const S = run.strings, n = run.n;
+    const view = {t0: 0, t1: Math.max(n - 1, 1)};
+    const defs = el("defs", {}, svg);
+    [["A", TA], ["B", TB]].forEach(function (p) {
+      const clip = el("clipPath", {id: "clip" + p[0] + k}, defs);
+      el("rect", {x: L, y: p[1], width: PW, height: PH}, clip);
+    });
+    const layer = el("g", {}, svg);
+
+    const sx = t => L + (t - view.t0) / (view.t1 - view.t0) * PW;
+    const tx = x => view.t0 + (x - L) / PW * (view.t1 - view.t0);
+    const sy = (top, v) => top + PH - v / YMAX * PH;
+
+    function stackAt(i) {
+      let lo = 0; const out = [];
+      CATS.forEach(function (c) {
+        const v = run.series[c][i] || 0;
+        out.push([c, lo, lo + v]);
+        lo += v;
+      });
+      return out;
+    }
+    function eventText(i) {
+      let phase = "";
+      run.phases.forEach(function (p) { if (p[0] <= i) phase = p[1]; });
+      return ["event " + i + " (" + phase + ")", "op      " + (S[run.ev_op[i]] || "-"),
+              "module  " + (S[run.ev_scope[i]] || "(top level)")];
+    }
+
+    function draw() {
+      while (layer.firstChild) layer.removeChild(layer.firstChild);
+      const i0 = Math.max(0, Math.floor(view.t0)), i1 = Math.min(n - 1, Math.ceil(view.t1));
+      // panel A: live bytes by category, stacked
+      el("text", {x: L, y: TA - 40, class: "panel-title"}, layer, "live bytes by category");
+      const gA = el("g", {"clip-path": "url(#clipA" + k + ")"}, layer);
+      let lower = new Array(i1 - i0 + 1).fill(0);
+      CATS.forEach(function (c) {
+        const s = run.series[c];
+        const upper = lower.map((lo, j) => lo + s[i0 + j]);
+        if (upper.some((u, j) => u !== lower[j])) {
+          const pts = [];
+          const pt = (j, v) => sx(i0 + j).toFixed(1) + "," + sy(TA, v).toFixed(1);
+          for (let j = 0; j < upper.length; j++) pts.push(pt(j, upper[j]));
+          for (let j = lower.length - 1; j >= 0; j--) pts.push(pt(j, lower[j]));
+          el("polygon", {points: pts.join(" "), fill: DATA.colors[c], class: "band",
+                         "data-category": c}, gA);
+        }
+        lower = upper;
+      });
+      // phases: a dashed line where each starts, its name in the first of three rows above
+      // the chart where it does not overlap a name already placed
+      const rows = [[], [], []];
+      run.phases.forEach(function (p) {
+        if (p[0] < view.t0 || p[0] > view.t1) return;
+        const x = sx(p[0]);
+        el("line", {x1: x, x2: x, y1: TA, y2: TA + PH, stroke: "#000",
+                    "stroke-dasharray": "4"}, gA);
+        const w = p[1].length * 6.5 + 8;
+        for (let r = 0; r < rows.length; r++) {
+          if (rows[r].every(iv => x + w <= iv[0] || x >= iv[1])) {
+            rows[r].push([x, x + w]);
+            el("text", {x: x + 2, y: TA - 4 - 12 * r, class: "phase"}, layer, p[1]);
+            break;
+          }
+        }
+      });
+      const hitA = el("rect", {x: L, y: TA, width: PW, height: PH, fill: "transparent",
+                               class: "hit"}, layer);
+      hitA.addEventListener("mousemove", function (ev) {
+        const box = svg.getBoundingClientRect();
+        const i = Math.max(0, Math.min(n - 1, Math.round(tx(ev.clientX - box.left))));
+        const v = (TA + PH - (ev.clientY - box.top)) / PH * YMAX;
+        const stack = stackAt(i), lines = eventText(i);
+        let total = 0;
+        stack.forEach(function (b) {
+          const here = v >= b[1] && v < b[2] ? "> " : "  ";
+          total += b[2] - b[1];
+          if (b[2] > b[1]) lines.push(here + b[0].padEnd(16) + fmtBytes(b[2] - b[1]));
+        });
+        lines.push("  total           " + fmtBytes(total));
+        showTip(ev, lines);
+      });
+      hitA.addEventListener("mouseleave", hideTip);
+      const bp = run.backward_peak, same = bp && bp.t === run.peak.t;
+      [[same ? "peak (in backward)" : "peak", run.peak, "peak"],
+       ["backward peak", same ? null : bp, "backward-peak"]].forEach(function (m) {
+        const p = m[1];
+        if (!p || p.t < view.t0 || p.t > view.t1) return;
+        const g = el("g", {class: "peak " + m[2]}, layer);
+        el("circle", {cx: sx(p.t), cy: sy(TA, p.bytes), r: 6, fill: "red", stroke: "white"}, g);
+        el("text", {x: sx(p.t) + 8, y: sy(TA, p.bytes) - 6, fill: "red", class: "xtick"}, g,
+           m[0] + " " + fmtBytes(p.bytes));
+        g.addEventListener("click", function () {
+          explainer.hidden = false;
+          explainer.textContent = run.explainer;
+        });
+      });
+      // panel B: each allocation from its allocation to its free, at a first-fit offset
+      el("text", {x: L, y: TB - 8, class: "panel-title"}, layer,
+         "allocations (each storage from allocation to free; first-fit offsets)");
+      const gB = el("g", {"clip-path": "url(#clipB" + k + ")"}, layer);
+      el("rect", {x: L, y: TB, width: PW, height: PH, fill: "#f7f7f7", class: "hit"}, gB);
+      run.allocations.forEach(function (a, j) {
+        const t1 = a.t1 === null ? n - 1 : a.t1;
+        if (t1 < view.t0 || a.t0 > view.t1) return;
+        const x0 = sx(Math.max(a.t0, view.t0)), x1 = sx(Math.min(t1, view.t1));
+        const y1 = sy(TB, a.offset + a.bytes), y0 = sy(TB, a.offset);
+        const r = el("rect", {x: x0, y: y1, width: Math.max(x1 - x0, 1),
+                              height: Math.max(y0 - y1, 0.5),
+                              fill: DATA.colors[a.category], stroke: "#fff", "stroke-width": 0.3,
+                              class: "alloc", "data-index": j}, gB);
+        r.addEventListener("mousemove", function (ev) {
+          const shape = a.shape ? "[" + a.shape.join(", ") + "]" : "";
+          showTip(ev, [fmtBytes(a.bytes) + "  " + a.dtype + shape,
+                       "category  " + a.category, "op        " + (a.op || "a factory"),
+                       "module    " + (a.scope || "(top level)"), "phase     " + a.phase,
+                       "source    " + (a.source || "-"), "copy      " + (a.copy_reason || "no"),
+                       "lifetime  events " + a.t0 + "-" + (a.t1 === null ? "end" : a.t1)]);
+        });
+        r.addEventListener("mouseleave", hideTip);
+      });
+      // axes: bytes up the side of each panel, events along the bottom
+      [TA, TB].forEach(function (top) {
+        byteTicks(YMAX).forEach(function (tk) {
+          const y = sy(top, tk[0]);
+          el("line", {x1: L - 4, x2: L + PW, y1: y, y2: y, stroke: "#ddd"}, layer);
+          el("text", {x: L - 6, y: y + 4, "text-anchor": "end", class: "ytick"}, layer, tk[1]);
+        });
+        el("line", {x1: L, x2: L, y1: top, y2: top + PH, stroke: "#000"}, layer);
+        el("line", {x1: L, x2: L + PW, y1: top + PH, y2: top + PH, stroke: "#000"}, layer);
+        const step = Math.max(1, nice((view.t1 - view.t0) / 8));
+        for (let t = Math.ceil(view.t0 / step) * step; t <= view.t1; t += step) {
+          el("line", {x1: sx(t), x2: sx(t), y1: top + PH, y2: top + PH + 4, stroke: "#000"}, layer);
+          el("text", {x: sx(t), y: top + PH + 15, "text-anchor": "middle", class: "xtick"},
+             layer, String(t));
+        }
+      });
+      el("text", {x: L + PW / 2, y: H - 6, "text-anchor": "middle", class: "xtick"}, layer,
+         "event (allocation, free, save, release): " + Math.round(view.t0) + " to " +
+         Math.round(view.t1) + " of " + n);
+      svg.appendChild(sel);
+    }
+
+    function zoomTo(a, b) {
+      const lo = Math.max(0, Math.min(a, b)), hi = Math.min(n - 1, Math.max(a, b));
+      if (hi - lo < 2) return;
+      view.t0 = lo; view.t1 = hi; draw();
+    }
+    const sel = el("rect", {y: TA, height: TB + PH - TA, fill: "rgba(60,120,220,0.2)",
+                            width: 0, x: 0,
+                            visibility: "hidden", "pointer-events": "none", class: "selection"});
+    let dragFrom = null;
+    svg.addEventListener("mousedown", function (ev) {
+      const x = ev.clientX - svg.getBoundingClientRect().left;
+      if (x < L || x > L + PW || ev.target.closest(".peak")) return;
+      dragFrom = x; ev.preventDefault();
+    });
+    window.addEventListener("mousemove", function (ev) {
+      if (dragFrom === null) return;
+      const x = Math.max(L, Math.min(L + PW, ev.clientX - svg.getBoundingClientRect().left));
+      sel.setAttribute("x", Math.min(x, dragFrom));
+      sel.setAttribute("width", Math.abs(x - dragFrom));
+      sel.setAttribute("visibility", "visible");
+    });
+    window.addEventListener("mouseup", function (ev) {
+      if (dragFrom === null) return;
+      const x = Math.max(L, Math.min(L + PW, ev.clientX - svg.getBoundingClientRect().left));
+      sel.setAttribute("visibility", "hidden");
+      if (Math.abs(x - dragFrom) > 4) zoomTo(tx(dragFrom), tx(x));
+      dragFrom = null;
+    });
+    svg.addEventListener("wheel", function (ev) {
+      const x = ev.clientX - svg.getBoundingClientRect().left;
+      if (x < L || x > L + PW) return;
+      ev.preventDefault();
+      const t = tx(x), f = ev.deltaY > 0 ? 1.25 : 0.8;
+      zoomTo(t - (t - view.t0) * f, t + (view.t1 - t) * f);
+    }, {passive: false});
+    section.querySelector(".reset").addEventListener("click", function () {
+      view.t0 = 0; view.t1 = Math.max(n - 1, 1); draw();
+    });
+    draw();
+  });
+})();
+"""
