@@ -8,7 +8,8 @@ from . import tensor as _tensor_module  # noqa: F401,I001 - first: binds the op 
 from . import autograd, backend, checkpoint, cuda, functional, linalg, memory, ops  # noqa: F401
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .backend import (  # noqa: F401
-    DType, bool_, float16, float32, float64, int8, int32, int64, uint8,
+    DType, bool_, float16, float32, float64, get_default_dtype, int8, int16, int32, int64,
+    promote_types, set_default_dtype, uint8,
 )
 from .creation import (  # noqa: F401
     arange, empty, empty_like, eye, from_dlpack, from_numpy, full, full_like, linspace,
@@ -25,6 +26,7 @@ bool = bool_  # noqa: A001 - ta.bool, as torch.bool
 float = float32  # noqa: A001 - ta.float, as torch.float
 double = float64
 long = int64
+short = int16
 half = float16
 
 globals().update(ops.names("ta"))  # ta.exp, ta.softmax, ta.checkpoint, ...: each op says

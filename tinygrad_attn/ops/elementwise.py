@@ -489,10 +489,8 @@ class ClampTensor(Function):
     @staticmethod
     def forward(ctx, x, lo, hi):
         device = check_same_device("clamp", x, lo, hi)
-        from .math import result_dtype  # the module above this one in the op layer's order
-
         shp.broadcast_shapes(x.shape, _shape(lo), _shape(hi), op="clamp")
-        dtype = result_dtype(x, lo, hi)
+        dtype = backend.promote(x, lo, hi)
         xp = backend.xp_for(device)
         X, LO, HI = (v._array().astype(dtype.np, copy=False) if type(v) is Tensor else v
                      for v in (x, lo, hi))
