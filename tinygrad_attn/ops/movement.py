@@ -234,7 +234,8 @@ def squeeze(x, dim=None):
         dims = tuple(i for i, s in enumerate(x.shape) if s == 1)
     else:
         dlist = dim if isinstance(dim, (tuple, list)) else (dim,)
-        dims = tuple(d for d in shp.normalize_dims(dlist, x.ndim, "squeeze") if x.shape[d] == 1)
+        dims = tuple(d for d in shp.normalize_dims(dlist, x.ndim, "squeeze")
+                     if x.ndim and x.shape[d] == 1)
     if not dims:
         return x
     return Squeeze.apply(x, dims)
