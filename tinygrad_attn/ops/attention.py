@@ -89,7 +89,8 @@ class ScaledDotProductAttention(Function):
                 acc *= correction
                 acc += xp.matmul(p, V[..., j0:j1, :])
                 m = m_new
-            out[..., i0:i1, :] = acc / l
+            # a query that may see no key at all gets zeros, as torch (not 0 / 0)
+            out[..., i0:i1, :] = acc / xp.where(l == 0, 1, l)
             lse[..., i0:i1, :] = xp.where(xp.isfinite(m), m, 0) + xp.log(l)
         ctx.mask_given = mask is not None
         ctx.is_causal, ctx.scale, ctx.block_size = is_causal, scale, bs

@@ -58,13 +58,11 @@ def _grad(ctx, i, g) -> Tensor:
     """The gradient of operand i from `g` (a Tensor, passed on as it is when it already
     fits, or a fresh array): in the operand's own dtype, summed down to its shape."""
     dtype = ctx.dtypes[i]
-    if type(g) is Tensor:
-        if dtype is None or g.dtype is dtype:
-            return unbroadcast(g, ctx.shapes[i])
-        g = g._array()
-    if dtype is not None and g.dtype != dtype.np:
-        g = g.astype(dtype.np)
-    return unbroadcast(from_array(g), ctx.shapes[i])
+    g = unbroadcast(g if type(g) is Tensor else from_array(g), ctx.shapes[i])
+    if dtype is None or g.dtype is dtype:
+        return g
+    # summed in the result dtype first, then cast (as torch; and the cast array is smaller)
+    return from_array(g._array().astype(dtype.np))
 
 
 def _saved(ctx, i, t):
@@ -448,7 +446,8 @@ class Gelu(Function):
     @staticmethod
     def forward(ctx, x, approximate="none"):
         if approximate not in ("none", "tanh"):
-            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+            raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got "
+                               f"{approximate!r}")
         ctx.approximate = approximate
         ctx.save_for_backward(x)
         return _wrap(_gelu(backend.xp_for(x.device), _float_in(x), approximate))
@@ -504,7 +503,7 @@ class Clamp(Function):
     @staticmethod
     def forward(ctx, x, lo=None, hi=None):
         if lo is None and hi is None:
-            raise ValueError("clamp: at least one of min and max must be given")
+            raise RuntimeError("clamp: at least one of min and max must be given")
         ctx.bounds = (lo, hi)
         ctx.save_for_backward(x)
         X = x._array()
@@ -623,11 +622,20 @@ def pow(x, exponent): return Pow.apply(x, exponent)  # noqa: A001
 @op(Remainder, method=True)
 def remainder(x, other): return Remainder.apply(x, other)
 
+def _two_tensors(op_name, x, other):
+    if type(x) is not Tensor or type(other) is not Tensor:
+        raise TypeError(f"{op_name}: both operands must be Tensors (as torch's), got "
+                        f"{type(x).__name__} and {type(other).__name__}; use clamp for a number")
+
 @op(Maximum, method=True, ta=True, functional=True)
-def maximum(x, other): return Maximum.apply(x, other)
+def maximum(x, other):
+    _two_tensors("maximum", x, other)
+    return Maximum.apply(x, other)
 
 @op(Minimum, method=True, ta=True, functional=True)
-def minimum(x, other): return Minimum.apply(x, other)
+def minimum(x, other):
+    _two_tensors("minimum", x, other)
+    return Minimum.apply(x, other)
 
 @op(Neg, method=True)
 def neg(x): return Neg.apply(x)
@@ -666,6 +674,6 @@ def silu(x): return Silu.apply(x)
 def clamp(x, min=None, max=None):  # noqa: A002
     if type(min) is Tensor or type(max) is Tensor:
         if min is None and max is None:
-            raise ValueError("clamp: at least one of min and max must be given")
+            raise RuntimeError("clamp: at least one of min and max must be given")
         return ClampTensor.apply(x, min, max)
     return Clamp.apply(x, lo=min, hi=max)

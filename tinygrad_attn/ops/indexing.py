@@ -86,13 +86,19 @@ class Cat(Function):
                     f"{[tuple(x.shape) for x in tensors]}"
                 )
         ctx.dim, ctx.sizes = d, [t.shape[d] for t in tensors]
-        return from_array(xp.concatenate([t._array() for t in tensors], axis=d), "cat")
+        ctx.dtypes = [t.dtype for t in tensors]
+        dtype = backend.result_type(*ctx.dtypes)  # torch's promotion, as every op's
+        return from_array(xp.concatenate([t._array() for t in tensors], axis=d,
+                                         dtype=dtype.np), "cat")
 
     @staticmethod
     def backward(ctx, g):
         grads, start = [], 0
-        for size, need in zip(ctx.sizes, ctx.needs_input_grad):
-            grads.append(g.narrow(ctx.dim, start, size) if need else None)
+        for size, need, dtype in zip(ctx.sizes, ctx.needs_input_grad, ctx.dtypes):
+            part = g.narrow(ctx.dim, start, size) if need else None
+            if part is not None and dtype is not g.dtype:  # a gradient has its input's dtype
+                part = from_array(part._array().astype(dtype.np))
+            grads.append(part)
             start += size
         return tuple(grads)
 

@@ -121,7 +121,8 @@ class MaxDim(Function):
     def forward(ctx, x, dim, keepdim=False, pick="max"):
         d = shp.normalize_dim(dim, x.ndim, pick)
         if x.shape and x.shape[d] == 0:
-            raise ShapeError(f"{pick}: cannot reduce an empty dim {d} of shape {x.shape}")
+            raise IndexError(f"{pick}: cannot reduce dim {d} of shape {tuple(x.shape)}: it is "
+                             "empty (specify a non-zero-size dim)")
         xp = backend.xp_for(x.device)
         X = x._array()
         if x.ndim == 0:  # dim 0 of a 0-d tensor: the value itself, at index 0
@@ -242,7 +243,7 @@ class Matmul(Function):
         A, B = a._array(), b._array()
         if B.ndim == 2 and A.ndim > 2 and _rows_mergeable(a):
             # (..., M, K) @ (K, N) is one GEMM over all rows, not a loop over the batch
-            out = xp.matmul(A.reshape(-1, A.shape[-1]), B)
+            out = xp.matmul(A.reshape(shp.numel(A.shape[:-1]), A.shape[-1]), B)
             return from_array(out.reshape(A.shape[:-1] + (B.shape[-1],)))
         return from_array(xp.matmul(A, B))
 
@@ -261,8 +262,8 @@ class Matmul(Function):
             if A.ndim >= 2 and len(ctx.shapes[1]) == 2 and _rows_mergeable(a):
                 # gb = sum over the batch of a_i^T g_i = (all rows of a)^T (all rows of g):
                 # one GEMM, and no (batch, K, N) intermediate to sum afterwards
-                A2 = A.reshape(-1, A.shape[-1])
-                G2 = G.reshape(-1, G.shape[-1])
+                A2 = A.reshape(shp.numel(A.shape[:-1]), A.shape[-1])  # -1: ambiguous if empty
+                G2 = G.reshape(shp.numel(G.shape[:-1]), G.shape[-1])
                 if ctx.b_transposed:
                     # b is a transposed weight (x @ w.mT): compute gb in w's own layout,
                     # so the transpose's backward hands w a contiguous gradient
