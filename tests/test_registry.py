@@ -246,3 +246,28 @@ def test_the_helpers_above_can_fail():
     assert _ops_calls(inspect.getattr_static(ta.Tensor, "T")) == {"permute"}
     assert _classes_named_in(ta.ops.exp) == {exp_class}
     assert _classes_named_in(squarish) == set()
+
+
+def _conformance_rows() -> dict:
+    """{op name: rows} from every tests/test_*.py whose ROWS table runs against torch
+    (through tests/torch_rows.py or tests/torch_cases.py)."""
+    here = pathlib.Path(__file__).parent
+    rows: dict = {}
+    for path in sorted(here.glob("test_*.py")):
+        source = path.read_text()
+        if re.search(r"^ROWS\b", source, re.M) and re.search(
+                r"^from torch_(rows|cases) import", source, re.M):
+            for name, cases in importlib.import_module(path.stem).ROWS.items():
+                rows.setdefault(name, []).extend(cases)
+    return rows
+
+
+def test_every_registered_op_has_conformance_rows():
+    rows = _conformance_rows()
+    assert "add" in rows and "cumsum" in rows and "gelu" in rows  # each runner is read
+    missing = sorted(name for name in REGISTRY if not rows.get(name))
+    assert not missing, (
+        f"registered ops without conformance rows against torch: {missing}; add them to "
+        "tests/test_conformance.py (or the family's table)")
+    unknown = sorted(set(rows) - set(REGISTRY))
+    assert not unknown, f"conformance rows for names the registry does not hold: {unknown}"

@@ -9,7 +9,8 @@ from . import autograd, backend, checkpoint, cuda, functional, linalg, memory, o
 from . import viz  # noqa: F401 - ta.viz.draw(loss): the graph as SVG / DOT
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .backend import (  # noqa: F401
-    DType, bool_, float16, float32, float64, int8, int32, int64, uint8,
+    DType, bool_, float16, float32, float64, get_default_dtype, int8, int16, int32, int64,
+    promote_types, set_default_dtype, uint8,
 )
 from .creation import (  # noqa: F401
     arange, empty, empty_like, eye, from_dlpack, from_numpy, full, full_like, linspace,
@@ -26,6 +27,7 @@ bool = bool_  # noqa: A001 - ta.bool, as torch.bool
 float = float32  # noqa: A001 - ta.float, as torch.float
 double = float64
 long = int64
+short = int16
 half = float16
 
 globals().update(ops.names("ta"))  # ta.exp, ta.softmax, ta.checkpoint, ...: each op says

@@ -39,8 +39,10 @@ def _finish(arr, requires_grad: bool) -> Tensor:
     return t
 
 
-def _dtype(dtype, default=backend.float32):
-    return default if dtype is None else backend.to_dtype(dtype)
+def _dtype(dtype, default=None):
+    if dtype is None:
+        return default or backend.get_default_dtype()
+    return backend.to_dtype(dtype)
 
 
 def _float_dtype(op: str, dtype):
@@ -55,7 +57,7 @@ def _float_dtype(op: str, dtype):
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of `data` (nested lists, scalars, NumPy arrays, Tensors).
 
-    Python floats become float32 and Python ints int64, as in PyTorch.
+    Python floats become the default dtype (float32) and Python ints int64, as in PyTorch.
     """
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -97,7 +99,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end = 0, start
     if dtype is None:
         is_int = all(isinstance(v, int) for v in (start, end, step))
-        dtype = backend.int64 if is_int else backend.float32
+        dtype = backend.int64 if is_int else backend.get_default_dtype()
     dtype = backend.to_dtype(dtype)
     device = backend.canonical_device(device)
     xp = backend.xp_for(device)

@@ -1,7 +1,12 @@
-"""The engine's exceptions. Every message names the op and the shapes involved."""
+"""The engine's exceptions. Every message names the op and the shapes involved.
+
+Each also subclasses what a PyTorch user's `except` catches for the same mistake: torch
+raises RuntimeError for shapes that do not combine, so ShapeError is a RuntimeError too (and
+a ValueError, as it always was here).
+"""
 
 
-class ShapeError(ValueError):
+class ShapeError(ValueError, RuntimeError):
     """Shapes that an op cannot combine: broadcasting, matmul, view, cat, ..."""
 
 

@@ -58,7 +58,7 @@ def normalize_dim(dim: int, ndim: int, op: str, tensor_ndim: int | None = None) 
 def normalize_dims(dims, ndim: int, op: str) -> tuple[int, ...]:
     out = tuple(normalize_dim(d, ndim, op) for d in dims)
     if len(set(out)) != len(out):
-        raise ValueError(f"{op}: repeated dims {tuple(dims)}")
+        raise ShapeError(f"{op}: repeated dims {tuple(dims)}")
     return out
 
 

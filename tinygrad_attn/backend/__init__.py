@@ -4,7 +4,8 @@ This package is the only place in the project that imports numpy or cupy. Everyt
 it asks for the array namespace of a device (`xp_for`) and for the few operations whose
 spelling differs between the two libraries (strided views, scatter-add, erf, RNG, DLPack).
 
-    dtypes       DType, the dtype table, to_dtype, dtype_of, result_type
+    dtypes       DType, the dtype table, to_dtype, dtype_of, torch's promotion (promote,
+                 promote_types, result_type, floating), the default dtype
     devices      canonical_device, xp_for, on_device, synchronize, CUDA availability, and
                  the array-module install hook the fake-CuPy tests use
     layout       flat buffers, strided views, copies, host/device transfer, asarray, DLPack
@@ -35,14 +36,21 @@ from .dtypes import (  # noqa: F401 - _dtype_by_name: pickled DTypes made before
     DType,
     _dtype_by_name,
     bool_,
+    category,
     dtype_of,
     float16,
     float32,
     float64,
+    floating,
+    get_default_dtype,
     int8,
+    int16,
     int32,
     int64,
+    promote,
+    promote_types,
     result_type,
+    set_default_dtype,
     to_dtype,
     uint8,
 )

@@ -1,7 +1,9 @@
 """Element types: DType, the table of the eight the engine supports, and conversions.
 
 A DType wraps a NumPy dtype (CuPy uses the same ones); `to_dtype` accepts what a user may
-write (a DType, 'float32', float, np.float32), `result_type` follows NumPy's promotion.
+write (a DType, 'float32', float, np.float32). Type promotion is torch's, not NumPy's:
+`promote_types` is torch's pairwise table and `promote` the result dtype of an op over its
+operands (docs/dtypes.md has both as tables). Every op asks `promote`; none asks NumPy.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ class DType:
 float16 = DType("float16", np.float16)
 float32 = DType("float32", np.float32)
 float64 = DType("float64", np.float64)
+int16 = DType("int16", np.int16)
 int32 = DType("int32", np.int32)
 int64 = DType("int64", np.int64)
 int8 = DType("int8", np.int8)
 uint8 = DType("uint8", np.uint8)
 bool_ = DType("bool", np.bool_)
-DTYPES = (float16, float32, float64, int8, uint8, int32, int64, bool_)
+DTYPES = (float16, float32, float64, int8, uint8, int16, int32, int64, bool_)
 _BY_NP = {d.np: d for d in DTYPES}
 _BY_NAME = {d.name: d for d in DTYPES}
 
@@ -51,7 +54,7 @@ def to_dtype(x) -> DType:
     if isinstance(x, str) and x in _BY_NAME:
         return _BY_NAME[x]
     if x is float:
-        return float32
+        return _default[0]
     if x is int:
         return int64
     if x is bool:
@@ -69,5 +72,108 @@ def dtype_of(arr) -> DType:
         raise TypeError(f"unsupported array dtype {arr.dtype}") from None
 
 
+_default = [float32]  # the default floating dtype: a list, so that it stays one object
+
+
+def get_default_dtype() -> DType:
+    """The dtype Python floats become (in creation and in promotion); float32 unless set."""
+    return _default[0]
+
+
+def set_default_dtype(dtype) -> None:
+    """Make `dtype` (float32 or float64, as torch allows) the default floating dtype."""
+    d = to_dtype(dtype)
+    if d not in (float32, float64):
+        raise TypeError(f"set_default_dtype: only float32 and float64 may be the default, got "
+                        f"{d.name}")
+    _default[0] = d
+
+
+def category(dtype: DType) -> int:
+    """0 bool, 1 integer, 2 floating: the order in which a higher category wins."""
+    return 2 if dtype.is_floating_point else 0 if dtype is bool_ else 1
+
+
+def promote_types(a: DType, b: DType) -> DType:
+    """torch.promote_types: the smallest dtype both a and b convert to without leaving
+    their category. Unlike NumPy, a float wins over any integer whatever its size
+    (int64 with float16 is float16), and uint8 with int8 is int16."""
+    if a is b:
+        return a
+    ca, cb = category(a), category(b)
+    if ca != cb:
+        return a if ca > cb else b
+    if ca == 1 and (a is uint8 or b is uint8):
+        signed = b if a is uint8 else a
+        return int16 if signed is int8 else signed
+    return a if a.itemsize >= b.itemsize else b
+
+
+def _wrapped(value) -> DType:
+    """The dtype a Python scalar counts as: bool, int64, or the default float."""
+    if isinstance(value, bool):
+        return bool_
+    if isinstance(value, int):
+        return int64
+    if isinstance(value, float):
+        return _default[0]
+    raise TypeError(f"unsupported operand type {type(value).__name__} for a tensor op")
+
+
+def _combine(higher: DType | None, lower: DType | None) -> DType | None:
+    """torch's combine_categories: a lower-priority participant counts only when it is of a
+    higher category (a float under an integer or a bool, anything under a bool)."""
+    if higher is None:
+        return lower
+    if lower is None or higher.is_floating_point:
+        return higher
+    if higher is bool_ or lower.is_floating_point:
+        return promote_types(higher, lower)
+    return higher
+
+
+def promote(*operands) -> DType:
+    """The dtype of an op's result over its operands, as torch computes it.
+
+    Each operand is a tensor (anything with a DType `.dtype` and an `.ndim`), a DType
+    (counted as a dimensioned tensor), a Python bool/int/float, or None (ignored). Three
+    tiers promote separately with `promote_types`: dimensioned tensors, 0-d tensors, Python
+    scalars (a float counts as the default dtype); then a lower tier changes the result only
+    when it is of a higher category (bool < integer < floating):
+
+        promote(float32 tensor, 0.5) -> float32      promote(int64 tensor, 0.5) -> default
+        promote(float32 (2,), float64 0-d) -> float32  promote(int8 (2,), int64 0-d) -> int8
+        promote(float16 (2,), float32 0-d) -> float16  promote(bool (2,), 3) -> int64
+
+    A result dtype is computed in directly: cast the operands to it before the array call
+    (a 0-d float64 operand would otherwise make NumPy compute a float32 array in float64).
+    """
+    tiers: list[DType | None] = [None, None, None]  # dimensioned, 0-d, Python scalars
+    for x in operands:
+        if x is None:
+            continue
+        if isinstance(x, DType):
+            tier, d = 0, x
+        elif hasattr(x, "ndim") and isinstance(getattr(x, "dtype", None), DType):
+            tier, d = (0 if x.ndim > 0 else 1), x.dtype
+        else:
+            tier, d = 2, _wrapped(x)
+        tiers[tier] = d if tiers[tier] is None else promote_types(tiers[tier], d)
+    out = _combine(tiers[0], _combine(tiers[1], tiers[2]))
+    if out is None:
+        raise TypeError("promote: no operand to take a dtype from")
+    return out
+
+
+def floating(dtype: DType) -> DType:
+    """The result dtype of a floating op (exp, sqrt, true division) on `dtype`: itself if
+    floating, otherwise the default dtype (as torch: an int tensor's exp is float32)."""
+    return dtype if dtype.is_floating_point else _default[0]
+
+
 def result_type(*dtypes: DType) -> DType:
-    return _BY_NP[np.result_type(*(d.np for d in dtypes))]
+    """torch's promotion of dtypes of equal standing (a fold of `promote_types`)."""
+    out = dtypes[0]
+    for d in dtypes[1:]:
+        out = promote_types(out, d)
+    return out

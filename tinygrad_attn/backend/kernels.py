@@ -95,12 +95,14 @@ def erf(x):
     float64 on NumPy uses the C library's erf (exact to rounding; slow, meant for checks);
     float32/16 on NumPy uses Abramowitz & Stegun 7.1.26 in place; CuPy its own kernel.
     """
+    if isinstance(x, np.generic):  # a NumPy scalar (arithmetic on a 0-d array gives one)
+        x = np.asarray(x)
     if not isinstance(x, np.ndarray):
         import cupyx.scipy.special
 
         return cupyx.scipy.special.erf(x)
     if x.dtype == np.float64:
-        return _erf64(x).astype(np.float64)
+        return np.asarray(_erf64(x)).astype(np.float64)
     y, _ = _erfc_tail(np.abs(x))
     np.subtract(1, y, out=y)
     return np.copysign(y, x, out=y)

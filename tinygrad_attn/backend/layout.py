@@ -12,7 +12,7 @@ import numpy as np
 
 from . import devices
 from .devices import device_of, is_array, on_device
-from .dtypes import _BY_NP, DType
+from .dtypes import _BY_NP, DType, get_default_dtype
 
 
 def flat_buffer(arr):
@@ -156,7 +156,7 @@ def asarray(data, dtype: DType | None, device: str):
         host = np.array(data, dtype=np_dtype) if keep_dtype else _from_python(data, np_dtype)
         if dtype is None and not keep_dtype:
             if host.dtype.kind == "f":
-                host = host.astype(np.float32)
+                host = host.astype(get_default_dtype().np)
             elif host.dtype.kind in "iu" and host.dtype != np.uint8:
                 host = host.astype(np.int64)
         arr = to_device(host, device) if device != "cpu" else host

@@ -18,7 +18,7 @@ from .. import backend
 from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
-from ._util import Tensor, check_same_device, from_array
+from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .registry import op
 
 DEFAULT_BLOCK_SIZE = 128
@@ -89,7 +89,8 @@ class ScaledDotProductAttention(Function):
                 acc *= correction
                 acc += xp.matmul(p, V[..., j0:j1, :])
                 m = m_new
-            out[..., i0:i1, :] = acc / l
+            # a query that may see no key at all gets zeros, as torch (not 0 / 0)
+            out[..., i0:i1, :] = acc / xp.where(l == 0, 1, l)
             lse[..., i0:i1, :] = xp.where(xp.isfinite(m), m, 0) + xp.log(l)
         ctx.mask_given = mask is not None
         ctx.is_causal, ctx.scale, ctx.block_size = is_causal, scale, bs
@@ -109,6 +110,10 @@ class ScaledDotProductAttention(Function):
         dQ = xp.zeros(B + Q.shape[-2:], dtype=Q.dtype)
         dK = xp.zeros(B + K.shape[-2:], dtype=Q.dtype)
         dV = xp.zeros(B + V.shape[-2:], dtype=Q.dtype)
+        # an additive float mask that needs a gradient gets d(scores), as torch gives it;
+        # the (T x T) buffer exists only then
+        n_mask = len(ctx.needs_input_grad) > 3 and ctx.needs_input_grad[3]
+        dM = xp.zeros(B + (Tq, Tk), dtype=Q.dtype) if n_mask else None
         Drow = (G * O).sum(axis=-1, keepdims=True)  # rowsum(do * out), T floats per head
         for i0 in range(0, Tq, bs):
             i1 = min(i0 + bs, Tq)
@@ -131,12 +136,18 @@ class ScaledDotProductAttention(Function):
                 ds = xp.matmul(g_blk, xp.swapaxes(v_blk, -1, -2))
                 ds -= d_blk
                 ds *= p
+                if dM is not None:
+                    dM[..., i0:i1, j0:j1] = ds
                 ds *= scale
                 dQ[..., i0:i1, :] += xp.matmul(ds, k_blk)
                 dK[..., j0:j1, :] += xp.matmul(xp.swapaxes(ds, -1, -2), q_blk)
         nq, nk, nv = ctx.needs_input_grad[:3]
-        return (from_array(dQ) if nq else None, from_array(dK) if nk else None,
-                from_array(dV) if nv else None)
+        grads = (from_array(dQ) if nq else None, from_array(dK) if nk else None,
+                 from_array(dV) if nv else None)
+        if dM is None:
+            return grads
+        return grads + (unbroadcast(from_array(dM.astype(mask.dtype.np, copy=False)),
+                                    mask.shape),)
 
 
 @op(ScaledDotProductAttention, functional=True)

@@ -20,15 +20,70 @@ def _scalars(a, b):
     return (None if type(a) is Tensor else a, None if type(b) is Tensor else b)
 
 
-def _binary_arrays(op: str, a, b):
-    """Arrays/scalars of a binary op after device and broadcast checks, and the xp."""
+def _in(x, dtype):
+    """An operand in the op's result dtype: a Tensor's array cast (no copy when it already
+    is), a Python number as a NumPy scalar of that dtype. NumPy then computes in exactly
+    that dtype: a 0-d float64 operand never turns a float32 array into a float64 result."""
+    if type(x) is Tensor:
+        return x._array().astype(dtype.np, copy=False)
+    if isinstance(x, (bool, int, float)):
+        try:
+            return dtype.np.type(x)
+        except OverflowError:  # an int out of an integer dtype's range: as Python's
+            return x
+    return x
+
+
+def _binary_arrays(op: str, a, b, floating: bool = False):
+    """(A, B, xp, dtype) of a binary op after device and broadcast checks: both operands in
+    the result dtype (backend.promote; `floating`: at least the default float)."""
     device = check_same_device(op, a, b)
+    operand(a, None), operand(b, None)  # a clear TypeError for a non-number operand
     broadcast_shape(op, a, b)
-    return operand(a, None), operand(b, None), backend.xp_for(device)
+    dtype = backend.promote(a, b)
+    if floating:
+        dtype = backend.floating(dtype)
+    return _in(a, dtype), _in(b, dtype), backend.xp_for(device), dtype
+
+
+def _remember(ctx, a, b, dtype):
+    """What every binary backward reads: operand shapes and dtypes, and the result dtype."""
+    ctx.shapes = (_shape(a), _shape(b))
+    ctx.dtypes = (a.dtype if type(a) is Tensor else None, b.dtype if type(b) is Tensor else None)
+    ctx.dtype = dtype
+    ctx.scalars = _scalars(a, b)
+
+
+def _grad(ctx, i, g) -> Tensor:
+    """The gradient of operand i from `g` (a Tensor, passed on as it is when it already
+    fits, or a fresh array): in the operand's own dtype, summed down to its shape."""
+    dtype = ctx.dtypes[i]
+    g = unbroadcast(g if type(g) is Tensor else from_array(g), ctx.shapes[i])
+    if dtype is None or g.dtype is dtype:
+        return g
+    # summed in the result dtype first, then cast (as torch; and the cast array is smaller)
+    return from_array(g._array().astype(dtype.np))
+
+
+def _saved(ctx, i, t):
+    """Operand i for backward, in the result dtype: its saved tensor or its Python number."""
+    return _in(ctx.scalars[i] if t is None else t, ctx.dtype)
 
 
 def _wrap(arr) -> Tensor:
     return from_array(arr)
+
+
+def _float_in(x: Tensor):
+    """x's array for a floating op: integers and bool become the default float (as torch)."""
+    return x._array().astype(backend.floating(x.dtype).np, copy=False)
+
+
+def _no_bool(op: str, what: str, *operands) -> None:
+    if all(type(t) is Tensor and t.dtype is backend.bool_ for t in operands):
+        shapes = ", ".join(str(tuple(t.shape)) for t in operands)
+        raise RuntimeError(f"{op}: {what} on bool tensors is not supported (shapes {shapes}); "
+                           "use logical_xor / logical_not, or cast to an integer dtype")
 
 
 # ----------------------------------------------------------------------------- binary
@@ -37,15 +92,14 @@ class Add(Function):
 
     @staticmethod
     def forward(ctx, a, b):
-        A, B, xp = _binary_arrays("add", a, b)
-        ctx.shapes = (_shape(a), _shape(b))
+        A, B, xp, dtype = _binary_arrays("add", a, b)
+        _remember(ctx, a, b, dtype)
         return _wrap(xp.add(A, B))
 
     @staticmethod
     def backward(ctx, g):
-        sa, sb = ctx.shapes
         na, nb = ctx.needs_input_grad
-        return (unbroadcast(g, sa) if na else None, unbroadcast(g, sb) if nb else None)
+        return (_grad(ctx, 0, g) if na else None, _grad(ctx, 1, g) if nb else None)
 
 
 class Sub(Function):
@@ -53,16 +107,15 @@ class Sub(Function):
 
     @staticmethod
     def forward(ctx, a, b):
-        A, B, xp = _binary_arrays("sub", a, b)
-        ctx.shapes = (_shape(a), _shape(b))
+        _no_bool("sub", "subtraction (the - operator)", a, b)
+        A, B, xp, dtype = _binary_arrays("sub", a, b)
+        _remember(ctx, a, b, dtype)
         return _wrap(xp.subtract(A, B))
 
     @staticmethod
     def backward(ctx, g):
-        sa, sb = ctx.shapes
         na, nb = ctx.needs_input_grad
-        gb = unbroadcast(_wrap(-g._array()), sb) if nb else None
-        return (unbroadcast(g, sa) if na else None, gb)
+        return (_grad(ctx, 0, g) if na else None, _grad(ctx, 1, -g._array()) if nb else None)
 
 
 class Mul(Function):
@@ -70,10 +123,9 @@ class Mul(Function):
 
     @staticmethod
     def forward(ctx, a, b):
-        A, B, xp = _binary_arrays("mul", a, b)
+        A, B, xp, dtype = _binary_arrays("mul", a, b)
         na, nb = ctx.needs_input_grad
-        ctx.shapes = (_shape(a), _shape(b))
-        ctx.scalars = _scalars(a, b)
+        _remember(ctx, a, b, dtype)
         ctx.save_for_backward(
             a if nb and type(a) is Tensor else None, b if na and type(b) is Tensor else None
         )
@@ -82,23 +134,21 @@ class Mul(Function):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        sa, sb = ctx.shapes
-        ca, cb = ctx.scalars
         na, nb = ctx.needs_input_grad
         G = g._array()
-        ga = unbroadcast(_wrap(G * (cb if b is None else b._array())), sa) if na else None
-        gb = unbroadcast(_wrap(G * (ca if a is None else a._array())), sb) if nb else None
+        ga = _grad(ctx, 0, G * _saved(ctx, 1, b)) if na else None
+        gb = _grad(ctx, 1, G * _saved(ctx, 0, a)) if nb else None
         return ga, gb
 
 
 class Div(Function):
-    """y = a / b;  ga = g / b, gb = -g * a / b^2. Saves a and b (as needed)."""
+    """y = a / b (integers divide to the default float);  ga = g / b, gb = -g * a / b^2.
+    Saves a and b (as needed)."""
 
     @staticmethod
     def forward(ctx, a, b):
-        A, B, xp = _binary_arrays("div", a, b)
-        ctx.shapes = (_shape(a), _shape(b))
-        ctx.scalars = _scalars(a, b)
+        A, B, xp, dtype = _binary_arrays("div", a, b, floating=True)
+        _remember(ctx, a, b, dtype)
         nb = ctx.needs_input_grad[1]
         ctx.save_for_backward(
             a if nb and type(a) is Tensor else None, b if type(b) is Tensor else None
@@ -108,27 +158,26 @@ class Div(Function):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        sa, sb = ctx.shapes
-        ca, cb = ctx.scalars
         na, nb = ctx.needs_input_grad
         G = g._array()
-        B = cb if b is None else b._array()
-        ga = unbroadcast(_wrap(G / B), sa) if na else None
-        gb = None
-        if nb:
-            A = ca if a is None else a._array()
-            gb = unbroadcast(_wrap(-G * A / (B * B)), sb)
+        B = _saved(ctx, 1, b)
+        ga = _grad(ctx, 0, G / B) if na else None
+        gb = _grad(ctx, 1, -G * _saved(ctx, 0, a) / (B * B)) if nb else None
         return ga, gb
 
 
 class Pow(Function):
-    """y = a ** b;  ga = g * b * a^(b-1), gb = g * y * log(a). Saves a, b and (for gb) y."""
+    """y = a ** b;  ga = g * b * a^(b-1) (0 where b = 0), gb = g * y * log(a) (0 where
+    a = 0 and b >= 0), as torch defines the gradient at those points. Saves a, b and (for
+    gb) y."""
 
     @staticmethod
     def forward(ctx, a, b):
-        A, B, xp = _binary_arrays("pow", a, b)
-        ctx.shapes = (_shape(a), _shape(b))
-        ctx.scalars = _scalars(a, b)
+        A, B, xp, dtype = _binary_arrays("pow", a, b)
+        if not dtype.is_floating_point and bool(xp.any(xp.asarray(B) < 0)):
+            raise RuntimeError(f"pow: integers to negative integer powers are not allowed "
+                               f"(shapes {_shape(a)} and {_shape(b)})")
+        _remember(ctx, a, b, dtype)
         y = _wrap(xp.power(A, B))
         nb = ctx.needs_input_grad[1]
         ctx.save_for_backward(
@@ -140,18 +189,17 @@ class Pow(Function):
     @staticmethod
     def backward(ctx, g):
         a, b, y = ctx.saved_tensors
-        sa, sb = ctx.shapes
-        ca, cb = ctx.scalars
         na, nb = ctx.needs_input_grad
+        xp = backend.xp_for(g.device)
         G = g._array()
-        A = ca if a is None else a._array()
-        B = cb if b is None else b._array()
-        ga = unbroadcast(_wrap(G * B * A ** (B - 1)), sa) if na else None
-        gb = None
+        A, B = _saved(ctx, 0, a), _saved(ctx, 1, b)
+        ga = gb = None
+        if na:
+            ga = _grad(ctx, 0, xp.where(B == 0, 0, G * B * A ** (B - 1)).astype(G.dtype))
         if nb:
-            xp = backend.xp_for(g.device)
-            log_a = xp.log(A) if a is not None else math.log(A)
-            gb = unbroadcast(_wrap(G * y._array() * log_a), sb)
+            log_a = xp.log(A)  # nan for a < 0, as torch's real log (never a domain error)
+            gb = xp.where((A == 0) & (B >= 0), 0, G * y._array() * log_a).astype(G.dtype)
+            gb = _grad(ctx, 1, gb)
         return ga, gb
 
 
@@ -160,9 +208,8 @@ class Remainder(Function):
 
     @staticmethod
     def forward(ctx, a, b):
-        A, B, xp = _binary_arrays("remainder", a, b)
-        ctx.shapes = (_shape(a), _shape(b))
-        ctx.scalars = _scalars(a, b)
+        A, B, xp, dtype = _binary_arrays("remainder", a, b)
+        _remember(ctx, a, b, dtype)
         nb = ctx.needs_input_grad[1]
         ctx.save_for_backward(a if nb and type(a) is Tensor else None,
                               b if nb and type(b) is Tensor else None)
@@ -172,20 +219,19 @@ class Remainder(Function):
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         na, nb = ctx.needs_input_grad
-        ga = unbroadcast(g, ctx.shapes[0]) if na else None
+        G = g._array()
+        ga = _grad(ctx, 0, g) if na else None
         gb = None
         if nb:
             xp = backend.xp_for(g.device)
-            A = ctx.scalars[0] if a is None else a._array()
-            B = ctx.scalars[1] if b is None else b._array()
-            gb = unbroadcast(_wrap(-g._array() * xp.floor(A / B)), ctx.shapes[1])
+            gb = _grad(ctx, 1, -G * xp.floor(_saved(ctx, 0, a) / _saved(ctx, 1, b)))
         return ga, gb
 
 
 @op(method=True)
 def floor_divide(x, other) -> Tensor:
     """x // other, elementwise (not differentiable: its derivative is zero almost everywhere)."""
-    A, B, xp = _binary_arrays("floor_divide", x, other)
+    A, B, xp, _ = _binary_arrays("floor_divide", x, other)
     return _wrap(xp.floor_divide(A, B))
 
 
@@ -199,22 +245,21 @@ class _MinMax(Function):
 
     @classmethod
     def forward(cls, ctx, a, b):
-        A, B, xp = _binary_arrays(cls.pick, a, b)
-        ctx.shapes = (_shape(a), _shape(b))
-        ctx.save_for_backward(a, b)
+        A, B, xp, dtype = _binary_arrays(cls.pick, a, b)
+        _remember(ctx, a, b, dtype)
+        ctx.save_for_backward(a if type(a) is Tensor else None, b if type(b) is Tensor else None)
         return _wrap(getattr(xp, cls.pick)(A, B))
 
     @classmethod
     def backward(cls, ctx, g):
         a, b = ctx.saved_tensors
-        A, B = a._array(), b._array()
+        A, B = _saved(ctx, 0, a), _saved(ctx, 1, b)
         G = g._array()
         wins = (A > B) if cls.pick == "maximum" else (A < B)
-        tie = A == B
-        share_a = wins + 0.5 * tie
+        share_a = (wins + 0.5 * (A == B)).astype(G.dtype)
         na, nb = ctx.needs_input_grad
-        ga = unbroadcast(_wrap(G * share_a.astype(G.dtype)), ctx.shapes[0]) if na else None
-        gb = unbroadcast(_wrap(G * (1 - share_a).astype(G.dtype)), ctx.shapes[1]) if nb else None
+        ga = _grad(ctx, 0, G * share_a) if na else None
+        gb = _grad(ctx, 1, G * (1 - share_a)) if nb else None
         return ga, gb
 
 
@@ -232,6 +277,9 @@ class Neg(Function):
 
     @staticmethod
     def forward(ctx, x):
+        if x.dtype is backend.bool_:
+            raise RuntimeError(f"neg: negation (the - operator) of a bool tensor (shape "
+                               f"{tuple(x.shape)}) is not supported; use ~ or logical_not")
         return _wrap(-x._array())
 
     @staticmethod
@@ -244,7 +292,7 @@ class Exp(Function):
 
     @staticmethod
     def forward(ctx, x):
-        y = _wrap(backend.xp_for(x.device).exp(x._array()))
+        y = _wrap(backend.xp_for(x.device).exp(_float_in(x)))
         ctx.save_for_backward(y)
         return y
 
@@ -260,7 +308,7 @@ class Log(Function):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
-        return _wrap(backend.xp_for(x.device).log(x._array()))
+        return _wrap(backend.xp_for(x.device).log(_float_in(x)))
 
     @staticmethod
     def backward(ctx, g):
@@ -273,7 +321,7 @@ class Sqrt(Function):
 
     @staticmethod
     def forward(ctx, x):
-        y = _wrap(backend.xp_for(x.device).sqrt(x._array()))
+        y = _wrap(backend.xp_for(x.device).sqrt(_float_in(x)))
         ctx.save_for_backward(y)
         return y
 
@@ -289,7 +337,7 @@ class Rsqrt(Function):
     @staticmethod
     def forward(ctx, x):
         xp = backend.xp_for(x.device)
-        root = xp.sqrt(x._array())
+        root = xp.asarray(xp.sqrt(_float_in(x)))  # asarray: a 0-d input gives a scalar
         y = _wrap(xp.reciprocal(root, out=root))
         ctx.save_for_backward(y)
         return y
@@ -320,7 +368,7 @@ class Tanh(Function):
 
     @staticmethod
     def forward(ctx, x):
-        y = _wrap(backend.xp_for(x.device).tanh(x._array()))
+        y = _wrap(backend.xp_for(x.device).tanh(_float_in(x)))
         ctx.save_for_backward(y)
         return y
 
@@ -348,7 +396,7 @@ class Sigmoid(Function):
 
     @staticmethod
     def forward(ctx, x):
-        y = _wrap(_sigmoid_array(backend.xp_for(x.device), x._array()))
+        y = _wrap(_sigmoid_array(backend.xp_for(x.device), _float_in(x)))
         ctx.save_for_backward(y)
         return y
 
@@ -398,10 +446,11 @@ class Gelu(Function):
     @staticmethod
     def forward(ctx, x, approximate="none"):
         if approximate not in ("none", "tanh"):
-            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+            raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got "
+                               f"{approximate!r}")
         ctx.approximate = approximate
         ctx.save_for_backward(x)
-        return _wrap(_gelu(backend.xp_for(x.device), x._array(), approximate))
+        return _wrap(_gelu(backend.xp_for(x.device), _float_in(x), approximate))
 
     @staticmethod
     def recompute(ctx):
@@ -434,7 +483,7 @@ class Silu(Function):
     @staticmethod
     def forward(ctx, x):
         xp = backend.xp_for(x.device)
-        X = x._array()
+        X = _float_in(x)
         ctx.save_for_backward(x)
         y = _sigmoid_array(xp, X)
         y *= X
@@ -454,7 +503,7 @@ class Clamp(Function):
     @staticmethod
     def forward(ctx, x, lo=None, hi=None):
         if lo is None and hi is None:
-            raise ValueError("clamp: at least one of min and max must be given")
+            raise RuntimeError("clamp: at least one of min and max must be given")
         ctx.bounds = (lo, hi)
         ctx.save_for_backward(x)
         X = x._array()
@@ -489,10 +538,8 @@ class ClampTensor(Function):
     @staticmethod
     def forward(ctx, x, lo, hi):
         device = check_same_device("clamp", x, lo, hi)
-        from .math import result_dtype  # the module above this one in the op layer's order
-
         shp.broadcast_shapes(x.shape, _shape(lo), _shape(hi), op="clamp")
-        dtype = result_dtype(x, lo, hi)
+        dtype = backend.promote(x, lo, hi)
         xp = backend.xp_for(device)
         X, LO, HI = (v._array().astype(dtype.np, copy=False) if type(v) is Tensor else v
                      for v in (x, lo, hi))
@@ -537,13 +584,13 @@ _COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
 @op(method=("eq", "ne", "lt", "le", "gt", "ge"))
 def compare(a, b, how: str) -> Tensor:
     """Elementwise comparison: a bool tensor, never differentiable."""
-    A, B, xp = _binary_arrays(how, a, b)
+    A, B, xp, _ = _binary_arrays(how, a, b)
     return _wrap(getattr(xp, _COMPARE[how])(A, B))
 
 
 @op()  # a & b, a | b
 def logical(a, b, how: str) -> Tensor:
-    A, B, xp = _binary_arrays(how, a, b)
+    A, B, xp, _ = _binary_arrays(how, a, b)
     return _wrap(xp.logical_and(A, B) if how == "and" else xp.logical_or(A, B))
 
 
@@ -575,11 +622,20 @@ def pow(x, exponent): return Pow.apply(x, exponent)  # noqa: A001
 @op(Remainder, method=True)
 def remainder(x, other): return Remainder.apply(x, other)
 
+def _two_tensors(op_name, x, other):
+    if type(x) is not Tensor or type(other) is not Tensor:
+        raise TypeError(f"{op_name}: both operands must be Tensors (as torch's), got "
+                        f"{type(x).__name__} and {type(other).__name__}; use clamp for a number")
+
 @op(Maximum, method=True, ta=True, functional=True)
-def maximum(x, other): return Maximum.apply(x, other)
+def maximum(x, other):
+    _two_tensors("maximum", x, other)
+    return Maximum.apply(x, other)
 
 @op(Minimum, method=True, ta=True, functional=True)
-def minimum(x, other): return Minimum.apply(x, other)
+def minimum(x, other):
+    _two_tensors("minimum", x, other)
+    return Minimum.apply(x, other)
 
 @op(Neg, method=True)
 def neg(x): return Neg.apply(x)
@@ -618,6 +674,6 @@ def silu(x): return Silu.apply(x)
 def clamp(x, min=None, max=None):  # noqa: A002
     if type(min) is Tensor or type(max) is Tensor:
         if min is None and max is None:
-            raise ValueError("clamp: at least one of min and max must be given")
+            raise RuntimeError("clamp: at least one of min and max must be given")
         return ClampTensor.apply(x, min, max)
     return Clamp.apply(x, lo=min, hi=max)

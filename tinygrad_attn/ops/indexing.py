@@ -237,13 +237,19 @@ class Cat(Function):
                     f"{[tuple(x.shape) for x in tensors]}"
                 )
         ctx.dim, ctx.sizes = d, [t.shape[d] for t in tensors]
-        return from_array(xp.concatenate([t._array() for t in tensors], axis=d), "cat")
+        ctx.dtypes = [t.dtype for t in tensors]
+        dtype = backend.result_type(*ctx.dtypes)  # torch's promotion, as every op's
+        return from_array(xp.concatenate([t._array() for t in tensors], axis=d,
+                                         dtype=dtype.np), "cat")
 
     @staticmethod
     def backward(ctx, g):
         grads, start = [], 0
-        for size, need in zip(ctx.sizes, ctx.needs_input_grad):
-            grads.append(g.narrow(ctx.dim, start, size) if need else None)
+        for size, need, dtype in zip(ctx.sizes, ctx.needs_input_grad, ctx.dtypes):
+            part = g.narrow(ctx.dim, start, size) if need else None
+            if part is not None and dtype is not g.dtype:  # a gradient has its input's dtype
+                part = from_array(part._array().astype(dtype.np))
+            grads.append(part)
             start += size
         return tuple(grads)
 
@@ -283,13 +289,11 @@ class Where(Function):
         C = cond._array() if type(cond) is Tensor else cond
         if getattr(C, "dtype", None) is not None and C.dtype != bool:
             raise TypeError(f"where: condition must be a bool tensor, got {C.dtype}")
-        A = a._array() if type(a) is Tensor else a
-        B = b._array() if type(b) is Tensor else b
-        out = xp.where(C, A, B)
-        if type(a) is not Tensor and type(b) is Tensor:
-            out = out.astype(B.dtype, copy=False)
-        elif type(b) is not Tensor and type(a) is Tensor:
-            out = out.astype(A.dtype, copy=False)
+        dtype = backend.promote(a, b)  # the two values promote; the condition does not
+        A, B = (v._array().astype(dtype.np, copy=False) if type(v) is Tensor else v
+                for v in (a, b))
+        out = xp.asarray(xp.where(C, A, B)).astype(dtype.np, copy=False)
+        ctx.dtypes = tuple(v.dtype if type(v) is Tensor else dtype for v in (a, b))
         ctx.shapes = (a.shape if type(a) is Tensor else (), b.shape if type(b) is Tensor else ())
         ctx.save_for_backward(cond)
         return from_array(out)
@@ -300,8 +304,9 @@ class Where(Function):
         xp = backend.xp_for(g.device)
         C, G = cond._array(), g._array()
         _, na, nb = ctx.needs_input_grad
-        ga = unbroadcast(from_array(xp.where(C, G, 0)), ctx.shapes[0]) if na else None
-        gb = unbroadcast(from_array(xp.where(C, 0, G)), ctx.shapes[1]) if nb else None
+        da, db = (d.np for d in ctx.dtypes)  # a gradient has its input's dtype
+        ga = unbroadcast(from_array(xp.where(C, G, 0).astype(da)), ctx.shapes[0]) if na else None
+        gb = unbroadcast(from_array(xp.where(C, 0, G).astype(db)), ctx.shapes[1]) if nb else None
         return None, ga, gb
 
 

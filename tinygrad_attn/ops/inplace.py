@@ -29,6 +29,18 @@ def _check_broadcast_into(op: str, target: Tensor, other) -> None:
             )
 
 
+def _check_cast_back(op: str, x: Tensor, *operands, floating: bool = False) -> None:
+    """torch's rule for in-place results: the promoted dtype must cast back to x's without
+    leaving its category (float into an integer tensor, anything but bool into bool)."""
+    result = backend.promote(x, *operands)
+    if floating:
+        result = backend.floating(result)
+    if backend.category(result) > backend.category(x.dtype):
+        raise RuntimeError(f"{op}: result type {result.name} can't be cast to the desired "
+                           f"output type {x.dtype.name} (in-place on shape {tuple(x.shape)}); "
+                           f"use the out-of-place op or cast first")
+
+
 def _value(x, dtype):
     return x._array() if type(x) is Tensor else x
 
@@ -265,6 +277,8 @@ def inplace(x: Tensor, kind: str, *args):
     check_same_device(op, x, *args)
     if kind in ("add", "mul", "div", "copy"):
         _check_broadcast_into(op, x, args[0])
+    if kind in ("add", "mul", "div"):
+        _check_cast_back(op, x, args[0], floating=kind == "div")
     if kind == "copy" and type(args[0]) is not Tensor:
         raise TypeError(f"copy_: src must be a Tensor, got {type(args[0]).__name__}")
     fn = _KINDS[kind]

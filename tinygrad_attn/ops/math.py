@@ -2,10 +2,8 @@
 relatives, logs and exponentials in other bases, rounding, sign, the binary functions
 (atan2, hypot, copysign, fmod, logaddexp, lerp) and the predicates and bitwise/logical ops.
 
-Result dtypes follow torch: a floating op turns integer and bool inputs into float32 (the
-default dtype); binary ops promote with `result_dtype` below (dimensioned tensors first,
-then 0-d tensors, then Python scalars, each lower tier counting only when it is of a higher
-kind: bool < integer < floating).
+Result dtypes follow torch (docs/dtypes.md): a floating op turns integer and bool inputs into
+the default dtype; binary ops promote with backend.promote.
 """
 
 from __future__ import annotations
@@ -25,45 +23,8 @@ _SQRT_PI_OVER_TWO = math.sqrt(math.pi) / 2.0
 
 
 # ----------------------------------------------------------------------------- dtypes
-def _kind(dtype) -> int:
-    return 2 if dtype.is_floating_point else 0 if dtype.name == "bool" else 1
-
-
-def _scalar_kind(value) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return 1
-    if isinstance(value, float):
-        return 2
-    raise TypeError(f"unsupported operand type {type(value).__name__} for a tensor op")
-
-
-_DEFAULT_OF_KIND = {0: backend.bool_, 1: backend.int64, 2: backend.float32}
-
-
-def result_dtype(*operands):
-    """torch's result type of an op over tensors and Python scalars."""
-    out = None
-    for tier in (
-        [x.dtype for x in operands if type(x) is Tensor and x.ndim > 0],
-        [x.dtype for x in operands if type(x) is Tensor and x.ndim == 0],
-    ):
-        if tier:
-            top = max(_kind(d) for d in tier)  # float32 with int64 is float32, not float64
-            d = backend.result_type(*(d for d in tier if _kind(d) == top))
-            if out is None or _kind(d) > _kind(out):
-                out = d
-    for value in operands:
-        if type(value) is not Tensor and value is not None:
-            k = _scalar_kind(value)
-            if out is None or k > _kind(out):
-                out = _DEFAULT_OF_KIND[k]
-    return out
-
-
 def _floating(dtype):
-    return dtype if dtype.is_floating_point else backend.float32
+    return backend.floating(dtype)
 
 
 def _as(x, dtype):
@@ -74,7 +35,7 @@ def _as(x, dtype):
 
 
 def _float_input(x: Tensor):
-    """x's array in the dtype of a floating op's result (integers and bool: float32)."""
+    """x's array in the dtype of a floating op's result (integers and bool: the default)."""
     return _as(x, _floating(x.dtype))
 
 
@@ -91,7 +52,7 @@ def _binary(name: str, a, b, floating: bool = False):
     in the result dtype (the floating one for `floating` ops)."""
     device = check_same_device(name, a, b)
     broadcast_shape(name, a, b)
-    dtype = result_dtype(a, b)
+    dtype = backend.promote(a, b)
     if floating:
         dtype = _floating(dtype)
     return _as(a, dtype), _as(b, dtype), backend.xp_for(device), dtype

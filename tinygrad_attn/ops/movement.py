@@ -234,7 +234,8 @@ def squeeze(x, dim=None):
         dims = tuple(i for i, s in enumerate(x.shape) if s == 1)
     else:
         dlist = dim if isinstance(dim, (tuple, list)) else (dim,)
-        dims = tuple(d for d in shp.normalize_dims(dlist, x.ndim, "squeeze") if x.shape[d] == 1)
+        dims = tuple(d for d in shp.normalize_dims(dlist, x.ndim, "squeeze")
+                     if x.ndim and x.shape[d] == 1)
     if not dims:
         return x
     return Squeeze.apply(x, dims)
@@ -344,6 +345,8 @@ class MultiSlice(Function):
             if g is None:
                 continue
             shape, strides, offset = shp.index_geometry(base, contiguous, 0, index)
+            if shp.numel(shape) == 0:  # an empty piece writes nothing
+                continue
             if type(g) is ReshapeGrad:
                 view = g.view_of(flat, shape, strides, offset)
                 if view is not None:

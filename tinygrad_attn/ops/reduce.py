@@ -16,8 +16,22 @@ def _axes(x: Tensor, dim, op: str):
     if dim is None:
         return tuple(range(x.ndim))
     if isinstance(dim, (tuple, list)):
-        return shp.normalize_dims(dim, x.ndim, op)
-    return (shp.normalize_dim(dim, x.ndim, op),)
+        axes = shp.normalize_dims(dim, x.ndim, op)
+    else:
+        axes = (shp.normalize_dim(dim, x.ndim, op),)
+    return axes if x.ndim else ()  # a 0-d tensor takes dim 0 or -1 and reduces nothing
+
+
+def _dim(x: Tensor, dim, op: str):
+    """One checked dim for an array call; None for a 0-d tensor (which takes 0 or -1)."""
+    d = shp.normalize_dim(dim, x.ndim, op)
+    return d if x.ndim else None
+
+
+def _require_float(op: str, x: Tensor, what: str) -> None:
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: {what} a floating point tensor, got {x.dtype.name} (shape "
+                           f"{tuple(x.shape)}); cast it first, e.g. x.float()")
 
 
 def _keep_shape(shape, axes):
@@ -40,7 +54,9 @@ class Sum(Function):
         axes = _axes(x, dim, "sum")
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         xp = backend.xp_for(x.device)
-        return from_array(xp.sum(x._array(), axis=axes, keepdims=keepdim))
+        # bool and integers sum to int64, as torch (NumPy would give uint64 for uint8)
+        dtype = None if x.dtype.is_floating_point else backend.int64.np
+        return from_array(xp.sum(x._array(), axis=axes, keepdims=keepdim, dtype=dtype))
 
     @staticmethod
     def backward(ctx, g):
@@ -52,8 +68,7 @@ class Mean(Function):
 
     @staticmethod
     def forward(ctx, x, dim=None, keepdim=False):
-        if not x.dtype.is_floating_point:
-            raise TypeError(f"mean: expected a floating point tensor, got {x.dtype.name}")
+        _require_float("mean", x, "could not infer the output dtype; expected")
         axes = _axes(x, dim, "mean")
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         ctx.count = shp.numel(tuple(x.shape[a] for a in axes))
@@ -74,10 +89,12 @@ class Var(Function):
 
     @staticmethod
     def forward(ctx, x, dim=None, keepdim=False, correction=1):
+        _require_float("var", x, "std and var expect")
         axes = _axes(x, dim, "var")
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         n = shp.numel(tuple(x.shape[a] for a in axes))
-        ctx.denom = n - correction if n > correction else 0  # (max is this module's op)
+        # torch's 2 / (n - correction): over one element (x - mean = 0) the gradient is nan
+        ctx.scale = 2.0 / (n - correction) if n != correction else float("inf")
         ctx.save_for_backward(x)
         xp = backend.xp_for(x.device)
         return from_array(xp.var(x._array(), axis=axes, keepdims=keepdim, ddof=correction))
@@ -89,7 +106,7 @@ class Var(Function):
         X = x._array()
         centered = X - xp.mean(X, axis=ctx.axes, keepdims=True)
         G = g._array() if ctx.keepdim else g._array().reshape(_keep_shape(ctx.shape, ctx.axes))
-        return from_array(G * centered * (2.0 / ctx.denom))
+        return from_array(G * centered * ctx.scale)
 
 
 class MaxDim(Function):
@@ -104,17 +121,21 @@ class MaxDim(Function):
     def forward(ctx, x, dim, keepdim=False, pick="max"):
         d = shp.normalize_dim(dim, x.ndim, pick)
         if x.shape and x.shape[d] == 0:
-            raise ShapeError(f"{pick}: cannot reduce an empty dim {d} of shape {x.shape}")
+            raise IndexError(f"{pick}: cannot reduce dim {d} of shape {tuple(x.shape)}: it is "
+                             "empty (specify a non-zero-size dim)")
         xp = backend.xp_for(x.device)
         X = x._array()
+        if x.ndim == 0:  # dim 0 of a 0-d tensor: the value itself, at index 0
+            X = X.reshape(1)
         idx = (xp.argmax if pick == "max" else xp.argmin)(X, axis=d, keepdims=True)
         values = xp.take_along_axis(X, idx, axis=d)
-        if not keepdim:
+        if not keepdim or x.ndim == 0:
             values, idx_out = values.squeeze(d), idx.squeeze(d)
         else:
             idx_out = idx
         indices = from_array(idx_out.astype(xp.int64))
-        ctx.shape, ctx.dim = x.shape, d
+        ctx.shape, ctx.dim = (x.shape or (1,)), d
+        ctx.zero_dim = x.ndim == 0
         ctx.save_for_backward(from_array(idx))
         return from_array(values), indices
 
@@ -127,7 +148,7 @@ class MaxDim(Function):
             G = xp.expand_dims(G, ctx.dim)
         out = xp.zeros(ctx.shape, dtype=G.dtype)
         xp.put_along_axis(out, idx._array(), G, axis=ctx.dim)
-        return from_array(out)
+        return from_array(out.reshape(()) if ctx.zero_dim else out)
 
 
 class MaxAll(Function):
@@ -149,7 +170,9 @@ class MaxAll(Function):
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         hit = x._array() == y._array()
-        return from_array(hit * (g._array() / hit.sum()))
+        G = g._array()
+        # ties share the gradient evenly, as torch; the count is cast so G keeps its dtype
+        return from_array(hit * (G / G.dtype.type(hit.sum())))
 
 
 class LogSumExp(Function):
@@ -163,9 +186,12 @@ class LogSumExp(Function):
     def forward(ctx, x, dim, keepdim=False):
         axes = _axes(x, dim, "logsumexp")
         xp = backend.xp_for(x.device)
-        X = x._array()
-        m = xp.max(X, axis=axes, keepdims=True)
-        m = xp.where(xp.isfinite(m), m, 0)
+        X = x._array().astype(backend.floating(x.dtype).np, copy=False)
+        if X.size == 0:  # an empty sum: log(0) = -inf, and no max to shift by
+            m = xp.zeros(_keep_shape(X.shape, axes), dtype=X.dtype)
+        else:
+            m = xp.max(X, axis=axes, keepdims=True)
+            m = xp.where(xp.isfinite(m), m, 0)
         out = xp.log(xp.sum(xp.exp(X - m), axis=axes, keepdims=True)) + m
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         y_keep = from_array(out)
@@ -217,7 +243,7 @@ class Matmul(Function):
         A, B = a._array(), b._array()
         if B.ndim == 2 and A.ndim > 2 and _rows_mergeable(a):
             # (..., M, K) @ (K, N) is one GEMM over all rows, not a loop over the batch
-            out = xp.matmul(A.reshape(-1, A.shape[-1]), B)
+            out = xp.matmul(A.reshape(shp.numel(A.shape[:-1]), A.shape[-1]), B)
             return from_array(out.reshape(A.shape[:-1] + (B.shape[-1],)))
         return from_array(xp.matmul(A, B))
 
@@ -236,8 +262,8 @@ class Matmul(Function):
             if A.ndim >= 2 and len(ctx.shapes[1]) == 2 and _rows_mergeable(a):
                 # gb = sum over the batch of a_i^T g_i = (all rows of a)^T (all rows of g):
                 # one GEMM, and no (batch, K, N) intermediate to sum afterwards
-                A2 = A.reshape(-1, A.shape[-1])
-                G2 = G.reshape(-1, G.shape[-1])
+                A2 = A.reshape(shp.numel(A.shape[:-1]), A.shape[-1])  # -1: ambiguous if empty
+                G2 = G.reshape(shp.numel(G.shape[:-1]), G.shape[-1])
                 if ctx.b_transposed:
                     # b is a transposed weight (x @ w.mT): compute gb in w's own layout,
                     # so the transpose's backward hands w a contiguous gradient
@@ -264,6 +290,10 @@ def matmul(x: Tensor, other: Tensor) -> Tensor:
             f"matmul: both operands must be Tensors, got {type(a).__name__} and "
             f"{type(b).__name__}"
         )
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"matmul: expected both operands to have the same dtype, got "
+                           f"{a.dtype.name} {tuple(a.shape)} and {b.dtype.name} "
+                           f"{tuple(b.shape)}; cast one, e.g. b.to(a.dtype)")
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(
             f"matmul: both arguments need at least 1 dim, got shapes {a.shape} and {b.shape}"
@@ -306,7 +336,7 @@ class Softmax(Function):
 
     @staticmethod
     def forward(ctx, x, dim):
-        d = shp.normalize_dim(dim, x.ndim, "softmax")
+        d = _dim(x, dim, "softmax")
         ctx.dim = d
         ctx.saves_input = ledger_state.policies["softmax"] == "recompute"
         y = from_array(_softmax(backend.xp_for(x.device), x._array(), d))
@@ -332,7 +362,9 @@ class Softmax(Function):
 
 
 def _softmax(xp, X, d):
-    e = X - xp.max(X, axis=d, keepdims=True)
+    if X.size == 0:
+        return X.copy()
+    e = xp.asarray(X - xp.max(X, axis=d, keepdims=True))  # asarray: 0-d gives a scalar
     xp.exp(e, out=e)
     e /= xp.sum(e, axis=d, keepdims=True)
     return e
@@ -343,10 +375,10 @@ class LogSoftmax(Function):
 
     @staticmethod
     def forward(ctx, x, dim):
-        d = shp.normalize_dim(dim, x.ndim, "log_softmax")
+        d = _dim(x, dim, "log_softmax")
         xp = backend.xp_for(x.device)
         X = x._array()
-        shifted = X - xp.max(X, axis=d, keepdims=True)
+        shifted = X - (xp.max(X, axis=d, keepdims=True) if X.size else 0)
         shifted -= xp.log(xp.sum(xp.exp(shifted), axis=d, keepdims=True))
         y = from_array(shifted)
         ctx.dim = d
@@ -400,8 +432,9 @@ def _arg(x, dim, keepdim, fn):
     xp = backend.xp_for(x.device)
     if dim is None:
         return from_array(xp.asarray(getattr(xp, fn)(x._array())).astype(xp.int64))
-    d = shp.normalize_dim(dim, x.ndim, fn)
-    return from_array(getattr(xp, fn)(x._array(), axis=d, keepdims=keepdim).astype(xp.int64))
+    d = _dim(x, dim, fn)
+    out = xp.asarray(getattr(xp, fn)(x._array(), axis=d, keepdims=keepdim and x.ndim > 0))
+    return from_array(out.astype(xp.int64))
 
 
 @op(method=True)
