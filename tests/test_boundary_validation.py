@@ -34,7 +34,7 @@ def test_tensor_refuses_values_that_do_not_fit_the_dtype(torch, data, dtype):
 
 
 def test_negative_into_uint8_is_refused_not_wrapped():
-    # torch wraps -1 to 255 here; we refuse (docs/differences-from-torch.md)
+    # torch wraps -1 to 255 here; we refuse (docs/differences.md)
     with pytest.raises(RuntimeError, match="value -1 cannot be converted to uint8"):
         ta.tensor([-1], dtype="uint8")
 

@@ -49,6 +49,13 @@ DIFFERENCES = {
     "norm": "matrix norms (p='nuc', ...) are not implemented; 'fro' is the 2-norm",
     "rms_norm": "normalized_shape may also be an int (torch's functional form wants a list)",
     "conv/ConvNd": "padding_mode other than 'zeros' is not implemented",
+    "getitem/setitem": "float lists and repeated ... are IndexErrors; a value that does not "
+                       "broadcast raises ShapeError",
+    "tensor": "a value outside an explicit dtype's range raises; None or str in the data is "
+              "a TypeError",
+    "device": "an unknown device string is a ValueError, an int device a TypeError",
+    "integer_input": "random floats and softmax on integers raise RuntimeError (torch: "
+                     "NotImplementedError, its subclass)",
 }
 
 
