@@ -389,3 +389,40 @@ def test_ops_with_a_save_policy_declare_the_whole_of_it():
         assert set(cls.saves) == {"save", "recompute"}, cls
         assert cls.recompute is not ta.Function.recompute, cls
         assert cls.saved_bytes_formula is not ta.Function.saved_bytes_formula, cls
+
+
+# ----------------------------------------------------------------------------- returned inputs
+def test_an_input_returned_as_is_comes_back_as_a_view_as_torch(torch):
+    class PassFirst(ta.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return x, y * 2.0
+
+        @staticmethod
+        def backward(ctx, gx, gy):
+            return gx, gy * 2.0
+
+    class TorchPassFirst(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return x, y * 2.0
+
+        @staticmethod
+        def backward(ctx, gx, gy):
+            return gx, gy * 2.0
+
+    x = ta.tensor(VALUES, dtype=ta.float64, requires_grad=True)
+    tx = torch.tensor(VALUES, dtype=torch.float64, requires_grad=True)
+    (a, _), (ta_a, _) = PassFirst.apply(x, x), TorchPassFirst.apply(tx, tx)
+    assert a is not x and ta_a is not tx
+    assert a._base is x and ta_a._base is tx            # a view of the input
+    assert x.is_leaf and x.grad_fn is None and tx.is_leaf  # which keeps its own history
+    assert a.grad_fn.name == "PassFirstBackward"
+    (a * 3.0).sum().backward()
+    (ta_a * 3.0).sum().backward()
+    np.testing.assert_array_equal(_host(x.grad), tx.grad.numpy())
+    # an input that needs no gradient is returned as a view that does, in both
+    z, tz = ta.ones(3, dtype=ta.float64), torch.ones(3, dtype=torch.float64)
+    (b, _), (tb, _) = PassFirst.apply(z, x), TorchPassFirst.apply(tz, tx)
+    assert b.requires_grad == tb.requires_grad is True
+    assert not z.requires_grad and not tz.requires_grad

@@ -19,7 +19,7 @@ import itertools
 import weakref
 
 from ..memory import state as ledger_state
-from ..tensor import Tensor
+from ..tensor import Tensor, _make
 
 _seq = itertools.count()
 
@@ -402,7 +402,7 @@ class Function:
             if ctx._saved:
                 _unlink_saved_outputs(ctx, out)
                 _notify("on_save", ctx)
-            _connect_outputs(ctx, out)
+            out = _connect_outputs(ctx, out, args)
         if ctx._dirty:
             _take_dirty(ctx, out)
         if ctx._non_differentiable:
@@ -431,19 +431,38 @@ def _connect_inputs(ctx: Node, args: tuple) -> bool:
     return record
 
 
-def _connect_outputs(ctx: Node, out) -> None:
-    """Make ctx the grad_fn of each floating-point output not marked non-differentiable."""
+def _connect_outputs(ctx: Node, out, args: tuple):
+    """Make ctx the grad_fn of each floating-point output not marked non-differentiable.
+
+    An input that forward returns as it is, without mark_dirty, comes back as a new view of
+    it (as in PyTorch): the input keeps its own history (a leaf stays a leaf). Returns the
+    outputs, with those views in place."""
     if type(out) is Tensor and not ctx._non_differentiable:  # the common case, kept short
+        if _returned_input(ctx, out, args):
+            out = _make(out._storage, out._shape, out._strides, out._offset, out._data, out)
         if out.dtype.is_floating_point:
             out.requires_grad, out.grad_fn, out._output_nr = True, ctx, 0
         ctx._outputs_meta = ((out._shape, out.dtype, out.device),)
-        return
-    outs = (out,) if type(out) is Tensor else out
-    skip = ctx._non_differentiable
+        return out
+    outs = [out] if type(out) is Tensor else list(out)
+    skip, replaced = ctx._non_differentiable, False
     for i, o in enumerate(outs):
+        if _returned_input(ctx, o, args):
+            o = outs[i] = _make(o._storage, o._shape, o._strides, o._offset, o._data, o)
+            replaced = True
         if o.dtype.is_floating_point and not any(o is s for s in skip):
             o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
     ctx._outputs_meta = tuple([(o._shape, o.dtype, o.device) for o in outs])
+    if not replaced:
+        return out
+    return outs[0] if type(out) is Tensor else tuple(outs)
+
+
+def _returned_input(ctx: Node, o: Tensor, args: tuple) -> bool:
+    for a in args:
+        if a is o:
+            return not any(o is t for t in ctx._dirty)
+    return False
 
 
 def _take_dirty(ctx: Node, out) -> None:
