@@ -29,7 +29,7 @@ import sys
 import nn
 import tinygrad_attn as ta
 from nn.data import default_corpus, load_text
-from nn.gpt import ATTENTION
+from nn.gpt import ATTENTION, MLPS, NORMS, POS_EMBS
 from nn.trainer import CHECKPOINT, ResumeConflict, TrainConfig, Trainer
 
 
@@ -95,7 +95,13 @@ MODEL_FLAGS = {
     "checkpoint": (_bool, bool, "recompute each block in backward instead of saving its "
                                 "activations"),
     "attn_block_size": (_int(1), int, "query/key tile of --attn flash"),
+    "norm": (str, str, "layernorm (nanoGPT) or rmsnorm"),
+    "pos_emb": (str, str, "positions: learned (the wpe table) or rope (rotary q and k)"),
+    "mlp": (str, str, "gelu (nanoGPT) or swiglu (w2(silu(w1 x) * w3 x))"),
+    "n_kv_head": (_int(1), int, "key/value heads for grouped-query attention (must divide "
+                                "--n-head; default: --n-head)"),
 }
+CHOICES = {"attn": ATTENTION, "norm": NORMS, "pos_emb": POS_EMBS, "mlp": MLPS}
 TRAIN_FLAGS = {
     "steps": (_int(1), int, "optimizer steps in all; with --resume, the total to reach "
                             "counting the checkpoint's (default there: the checkpoint's)"),
@@ -150,7 +156,7 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
             group.add_argument(flag, action="store_true", help=text,
                                **({"default": default} if suppress_defaults else {}))
             return
-        extra = {"choices": ATTENTION} if dest == "attn" else {}
+        extra = {"choices": CHOICES[dest]} if dest in CHOICES else {}
         if kind_type is _bool:
             extra["metavar"] = "BOOL"
         group.add_argument(flag, type=kind_type, default=default, help=text, **extra)
@@ -223,8 +229,9 @@ def _read_config(path: str) -> tuple[dict, str]:
                 value = parse(str(value).lower() if kind is bool else str(value))
             except argparse.ArgumentTypeError as e:
                 _fail(f"--config {path}: {key}: {e}")
-        if dest == "attn" and value not in ATTENTION:
-            _fail(f"--config {path}: attn must be one of {', '.join(ATTENTION)}, got {value!r}")
+        if dest in CHOICES and value not in CHOICES[dest]:
+            _fail(f"--config {path}: {dest} must be one of {', '.join(CHOICES[dest])}, "
+                  f"got {value!r}")
         values[dest] = value
     return values, text
 

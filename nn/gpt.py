@@ -6,6 +6,12 @@ The default attention ("views") is written with views only: one split of the fus
 projection and transposes that are strided views, so the only copy in the block is the
 explicit .contiguous() that merges the heads back. "naive" reproduces the copies of the
 motivating story, "flash" the memory-efficient blocked op (see CausalSelfAttention).
+
+Four later transformer parts are options, each off by default (the defaults are nanoGPT,
+parameter for parameter and output for output): RMSNorm for LayerNorm (`norm`), rotary
+position embeddings on q and k for the learned wpe table (`pos_emb`), a SwiGLU MLP for
+the GELU one (`mlp`) and grouped-query attention (`n_kv_head`).
+examples/gpt_options_memory.py measures what each one saves for backward.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import tinygrad_attn as ta
 from . import functional as F
 from .layers import GELU, Dropout, Embedding, LayerNorm, Linear
 from .module import Module, ModuleDict, ModuleList
+from .norm import RMSNorm
 
 
 @dataclass
@@ -32,9 +39,58 @@ class GPTConfig:
     attn: str = "views"  # "naive", "views" or "flash": see CausalSelfAttention
     checkpoint: bool = False  # recompute each Block in backward instead of saving its insides
     attn_block_size: int = 128  # the query/key tile of "flash"
+    norm: str = "layernorm"  # or "rmsnorm": no mean, no bias (eps 1e-5, as the LayerNorms)
+    pos_emb: str = "learned"  # the wpe table; or "rope": rotary q and k, no wpe parameter
+    mlp: str = "gelu"  # c_fc, GELU, c_proj; or "swiglu": w2(silu(w1 x) * w3 x)
+    n_kv_head: int | None = None  # key/value heads for grouped-query attention (None: n_head)
 
 
 ATTENTION = ("naive", "views", "flash")
+NORMS = ("layernorm", "rmsnorm")
+POS_EMBS = ("learned", "rope")
+MLPS = ("gelu", "swiglu")
+ROPE_BASE = 10000.0  # theta of RoFormer and Llama: channel pair i turns t * theta^(-2i/hs)
+
+
+def _check_option(name: str, value: str, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {allowed}")
+
+
+def make_norm(config: GPTConfig) -> Module:
+    """nanoGPT's LayerNorm (bias per config.bias), or an RMSNorm (a weight only)."""
+    _check_option("norm", config.norm, NORMS)
+    if config.norm == "rmsnorm":
+        return RMSNorm(config.n_embd, eps=1e-5)
+    return LayerNorm(config.n_embd, bias=config.bias)
+
+
+def rope_tables(config: GPTConfig) -> tuple:
+    """cos and sin of the rotary angles t * ROPE_BASE^(-2i/hs) for every position t <
+    block_size and channel pair i < hs/2: two (block_size, hs/2) float32 tensors.
+
+    Computed in float64 and rounded once. A GPT builds them once and every layer holds the
+    same two tensors as non-persistent buffers (moved and cast by .to() once, left out of
+    the state_dict: they are a function of the config, not weights). They are the only
+    thing rotary attention saves for its backward, and, being shared, are counted once.
+    """
+    hs = config.n_embd // config.n_head
+    if hs % 2:
+        raise ValueError(f"pos_emb='rope' rotates channel pairs: the head size "
+                         f"n_embd // n_head = {hs} must be even")
+    pair = ta.arange(hs // 2, dtype=ta.float64)
+    inv_freq = ROPE_BASE ** (pair * (-2.0 / hs))  # (hs/2,)
+    t = ta.arange(config.block_size, dtype=ta.float64)
+    angles = t.view(-1, 1) * inv_freq.view(1, -1)  # (block_size, hs/2)
+    return ta.cos(angles).float(), ta.sin(angles).float()
+
+
+def swiglu_hidden(n_embd: int) -> int:
+    """The SwiGLU hidden size: Llama's 2/3 of 4 * n_embd (three matrices instead of two
+    keep the parameter count near the GELU MLP's 8 n_embd^2), rounded up to a multiple of
+    8. n_embd 128 -> 344, 32 -> 88."""
+    hidden = int(2 * 4 * n_embd / 3)
+    return 8 * ((hidden + 7) // 8)
 
 
 class CausalSelfAttention(Module):
@@ -48,14 +104,27 @@ class CausalSelfAttention(Module):
     "flash"  F.scaled_dot_product_attention: one blocked op that never forms the T x T
              matrix and saves only q, k, v, the output and a logsumexp per row.
     All three compute the same function, with the same parameters.
+
+    Options ("views" and "flash"): pos_emb="rope" rotates q and k (B, nh, T, hs) by
+    F.apply_rotary_emb, which saves only the shared cos/sin tables; n_kv_head < n_head
+    makes c_attn produce n_kv_head key and value heads, each read by n_head // n_kv_head
+    query heads through stride-0 views (no copy of k or v).
     """
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, rope: tuple | None = None) -> None:
         super().__init__()
         if config.n_embd % config.n_head != 0:
             raise ValueError(
                 f"n_embd ({config.n_embd}) must be divisible by n_head ({config.n_head})"
             )
+        n_kv = config.n_head if config.n_kv_head is None else config.n_kv_head
+        if n_kv <= 0 or config.n_head % n_kv:
+            raise ValueError(f"n_kv_head ({config.n_kv_head}) must be a positive divisor of "
+                             f"n_head ({config.n_head})")
+        _check_option("pos_emb", config.pos_emb, POS_EMBS)
+        if config.attn == "naive" and (config.pos_emb != "learned" or n_kv != config.n_head):
+            raise ValueError("attn='naive' is the story's nanoGPT port: pos_emb='rope' and "
+                             "n_kv_head need attn='views' or 'flash'")
         if config.attn not in ATTENTION:
             raise ValueError(f"unknown attention implementation {config.attn!r}; "
                              f"expected one of {ATTENTION}")
@@ -67,7 +136,8 @@ class CausalSelfAttention(Module):
         self.attn = config.attn
         self.attn_block_size = config.attn_block_size
         # key, query, value projections for all heads, in one matrix
-        self.c_attn = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.n_kv_head, self.kv_embd = n_kv, n_kv * (config.n_embd // config.n_head)
+        self.c_attn = Linear(config.n_embd, config.n_embd + 2 * self.kv_embd, bias=config.bias)
         # output projection
         self.c_proj = Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.attn_dropout = Dropout(config.dropout)
@@ -81,6 +151,11 @@ class CausalSelfAttention(Module):
         if config.attn == "naive":  # the story's additive mask: 0 below, -inf above
             neg = ta.zeros(bs, bs).masked_fill(future, float("-inf"))
             self.register_buffer("neg_mask", neg, persistent=False)
+        self.rope = config.pos_emb == "rope"
+        if self.rope:  # the GPT passes one shared pair to every layer (see rope_tables)
+            cos, sin = rope_tables(config) if rope is None else rope
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x):
         if self.attn == "naive":
@@ -94,11 +169,18 @@ class CausalSelfAttention(Module):
         B, T, C = x.size()  # batch size, sequence length, embedding dimensionality (n_embd)
         nh, hs = self.n_head, C // self.n_head
 
+        nkv = self.n_kv_head
+        if nkv != nh:
+            return self._grouped(x)
+
         # one split of the fused projection: three views whose gradients fill one buffer
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        if self.rope:  # new q, k (B, nh, T, hs); backward keeps only the tables' [:T] views
+            q = F.apply_rotary_emb(q, self.rope_cos[:T], self.rope_sin[:T])
+            k = F.apply_rotary_emb(k, self.rope_cos[:T], self.rope_sin[:T])
 
         if self.attn == "flash":
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
@@ -110,6 +192,35 @@ class CausalSelfAttention(Module):
             att = F.softmax(att, dim=-1)
             att = self.attn_dropout(att)
             y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        return y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
+
+    def _grouped(self, x):
+        """Grouped-query attention: n_kv_head key/value heads, each shared by a group of
+        g = n_head // n_kv_head query heads; query head i reads kv head i // g."""
+        B, T, C = x.size()
+        nh, nkv, hs = self.n_head, self.n_kv_head, C // self.n_head
+        g = nh // nkv
+        q, k, v = self.c_attn(x).split([C, self.kv_embd, self.kv_embd], dim=2)
+        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, nkv, hs).transpose(1, 2)  # (B, nkv, T, hs)
+        v = v.view(B, T, nkv, hs).transpose(1, 2)  # (B, nkv, T, hs)
+        if self.rope:
+            q = F.apply_rotary_emb(q, self.rope_cos[:T], self.rope_sin[:T])
+            k = F.apply_rotary_emb(k, self.rope_cos[:T], self.rope_sin[:T])
+
+        if self.attn == "flash":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True,
+                                               block_size=self.attn_block_size)
+        else:
+            # the group as a dim of its own: q a view (B, nkv, g, T, hs), k and v given a
+            # size-1 group dim that the matmuls broadcast (a stride-0 view, never a copy)
+            q = q.view(B, nkv, g, T, hs)  # (B, nkv, g, T, hs)
+            k, v = k.unsqueeze(2), v.unsqueeze(2)  # (B, nkv, 1, T, hs)
+            att = (q @ k.mT) * (1.0 / math.sqrt(hs))  # (B, nkv, g, T, T)
+            att = att.masked_fill(self.mask[:, :, :T, :T], float("-inf"))
+            att = F.softmax(att, dim=-1)
+            att = self.attn_dropout(att)
+            y = (att @ v).view(B, nh, T, hs)  # (B, nkv, g, T, hs) -> (B, nh, T, hs)
         return y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
 
     def _naive(self, x):
@@ -148,14 +259,31 @@ class MLP(Module):
         return self.dropout(x)
 
 
-class Block(Module):
+class SwiGLU(Module):
+    """Llama's MLP: w2(silu(w1 x) * w3 x), hidden size swiglu_hidden(n_embd). w2 is the
+    residual projection (given the GPT-2 scaled init, as c_proj)."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config)
-        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
+        hidden = swiglu_hidden(config.n_embd)
+        self.w1 = Linear(config.n_embd, hidden, bias=config.bias)  # the gate
+        self.w3 = Linear(config.n_embd, hidden, bias=config.bias)  # the value
+        self.w2 = Linear(hidden, config.n_embd, bias=config.bias)
+        self.dropout = Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
+
+
+class Block(Module):
+
+    def __init__(self, config: GPTConfig, rope: tuple | None = None) -> None:
+        super().__init__()
+        _check_option("mlp", config.mlp, MLPS)
+        self.ln_1 = make_norm(config)
+        self.attn = CausalSelfAttention(config, rope)
+        self.ln_2 = make_norm(config)
+        self.mlp = MLP(config) if config.mlp == "gelu" else SwiGLU(config)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -170,12 +298,15 @@ class GPT(Module):
         if config.vocab_size is None or config.block_size is None:
             raise ValueError("GPTConfig needs vocab_size and block_size")
         self.config = config
+        _check_option("pos_emb", config.pos_emb, POS_EMBS)
+        learned = config.pos_emb == "learned"
+        rope = None if learned else rope_tables(config)  # one pair, shared by every layer
         self.transformer = ModuleDict(dict(
             wte=Embedding(config.vocab_size, config.n_embd),
-            wpe=Embedding(config.block_size, config.n_embd),
+            **(dict(wpe=Embedding(config.block_size, config.n_embd)) if learned else {}),
             drop=Dropout(config.dropout),
-            h=ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+            h=ModuleList([Block(config, rope) for _ in range(config.n_layer)]),
+            ln_f=make_norm(config),
         ))
         self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         # weight tying: one tensor, one Storage, one gradient, in both places
@@ -185,7 +316,7 @@ class GPT(Module):
         # init all weights, then a scaled init of the residual projections (GPT-2 paper)
         self.apply(self._init_weights)
         for pn, p in self.named_parameters():
-            if pn.endswith("c_proj.weight"):
+            if pn.endswith("c_proj.weight") or pn.endswith("mlp.w2.weight"):
                 _normal_(p, std=0.02 / math.sqrt(2 * config.n_layer))
 
     def num_params(self, non_embedding: bool = True) -> int:
@@ -193,7 +324,7 @@ class GPT(Module):
         position embeddings are left out (the token embeddings are counted: they are
         tied to lm_head's weight, which is used as a projection)."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
+        if non_embedding and "wpe" in self.transformer:
             n -= self.transformer.wpe.weight.numel()
         return n
 
@@ -219,12 +350,14 @@ class GPT(Module):
         if T > self.config.block_size:
             raise ValueError(f"cannot forward a sequence of length {T}, block size is only "
                              f"{self.config.block_size}")
-        pos = ta.arange(0, T, dtype=ta.long, device=idx.device)  # (T,)
-
         # forward the GPT model itself
-        tok_emb = self.transformer.wte(idx)  # token embeddings of shape (B, T, n_embd)
-        pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (T, n_embd)
-        x = self.transformer.drop(tok_emb + pos_emb)
+        if self.config.pos_emb == "learned":
+            pos = ta.arange(0, T, dtype=ta.long, device=idx.device)  # (T,)
+            tok_emb = self.transformer.wte(idx)  # token embeddings of shape (B, T, n_embd)
+            pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (T, n_embd)
+            x = self.transformer.drop(tok_emb + pos_emb)
+        else:  # rotary: positions enter in each attention layer, on q and k
+            x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, n_embd)
         checkpointing = self.config.checkpoint and ta.is_grad_enabled()
         for block in self.transformer.h:
             if checkpointing:

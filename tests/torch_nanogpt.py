@@ -2,6 +2,11 @@
 modules and parameter names kept as they are, less from_pretrained, configure_optimizers,
 estimate_mfu and generate. Import it only after pytest.importorskip("torch").
 
+Beyond nanoGPT, the options of nn.GPTConfig, written here independently in plain torch:
+norm="rmsnorm" (torch.nn.RMSNorm), pos_emb="rope" (the rotate-half formula with full-width
+tables), mlp="swiglu" and n_kv_head (k, v heads repeat_interleave'd, or torch's enable_gqa
+with flash).
+
 `load_from_ta(model, ta_state_dict)` / `state_dict_to_ta(model)` move weights by name.
 """
 
@@ -28,13 +33,42 @@ class LayerNorm(nn.Module):
         return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)
 
 
+def make_norm(config):
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.n_embd, eps=1e-5)
+    return LayerNorm(config.n_embd, bias=config.bias)
+
+
+def rope_tables(config):
+    """Full-width (block_size, hs) cos and sin: each angle twice, rounded to float32."""
+    hs = config.n_embd // config.n_head
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    angles = torch.outer(torch.arange(config.block_size, dtype=torch.float64), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().float(), angles.sin().float()
+
+
+def rotate(x, cos, sin):
+    h = x.shape[-1] // 2
+    rotate_half = torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+    return x * cos + rotate_half * sin
+
+
 class CausalSelfAttention(nn.Module):
 
     def __init__(self, config):
         super().__init__()
         assert config.n_embd % config.n_head == 0
+        hs = config.n_embd // config.n_head
+        self.n_kv_head = config.n_kv_head or config.n_head
         # key, query, value projections for all heads, but in a batch
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_attn = nn.Linear(config.n_embd, config.n_embd + 2 * self.n_kv_head * hs,
+                                bias=config.bias)
+        self.rope = config.pos_emb == "rope"
+        if self.rope:
+            cos, sin = rope_tables(config)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
         # output projection
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         # regularization
@@ -55,17 +89,24 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.size()  # batch size, sequence length, embedding dimensionality (n_embd)
 
         # calculate query, key, values for all heads in batch and move head forward
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        hs, nkv = C // self.n_head, self.n_kv_head
+        q, k, v = self.c_attn(x).split([C, nkv * hs, nkv * hs], dim=2)
+        k = k.view(B, T, nkv, hs).transpose(1, 2)  # (B, nkv, T, hs)
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, nkv, hs).transpose(1, 2)  # (B, nkv, T, hs)
+        if self.rope:
+            q = rotate(q, self.rope_cos[:T], self.rope_sin[:T])
+            k = rotate(k, self.rope_cos[:T], self.rope_sin[:T])
 
         # causal self-attention; Self-attend: (B, nh, T, hs) x (B, nh, hs, T) -> (B, nh, T, T)
         if self.flash:
             y = torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, attn_mask=None, dropout_p=self.dropout if self.training else 0,
-                is_causal=True)
+                is_causal=True, enable_gqa=nkv != self.n_head)
         else:
+            if nkv != self.n_head:  # query head i reads kv head i // group
+                k = k.repeat_interleave(self.n_head // nkv, dim=1)
+                v = v.repeat_interleave(self.n_head // nkv, dim=1)
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
             att = F.softmax(att, dim=-1)
@@ -95,14 +136,29 @@ class MLP(nn.Module):
         return x
 
 
+class SwiGLU(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        hidden = int(2 * 4 * config.n_embd / 3)
+        hidden = 8 * ((hidden + 7) // 8)
+        self.w1 = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.w3 = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.w2 = nn.Linear(hidden, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
+
+
 class Block(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_1 = make_norm(config)
         self.attn = CausalSelfAttention(config)
-        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
+        self.ln_2 = make_norm(config)
+        self.mlp = MLP(config) if config.mlp == "gelu" else SwiGLU(config)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -120,6 +176,10 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True
     flash: bool = False  # not in nanoGPT: there, flash is on whenever torch has it
+    norm: str = "layernorm"  # the options of nn.GPTConfig, not in nanoGPT
+    pos_emb: str = "learned"
+    mlp: str = "gelu"
+    n_kv_head: int | None = None
 
 
 class GPT(nn.Module):
@@ -132,10 +192,11 @@ class GPT(nn.Module):
 
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            **({} if config.pos_emb == "rope" else
+               dict(wpe=nn.Embedding(config.block_size, config.n_embd))),
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+            ln_f=make_norm(config),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         # https://paperswithcode.com/method/weight-tying
@@ -150,7 +211,7 @@ class GPT(nn.Module):
 
     def get_num_params(self, non_embedding=True):
         n_params = sum(p.numel() for p in self.parameters())
-        if non_embedding:
+        if non_embedding and "wpe" in self.transformer:
             n_params -= self.transformer.wpe.weight.numel()
         return n_params
 
@@ -172,8 +233,11 @@ class GPT(nn.Module):
 
         # forward the GPT model itself
         tok_emb = self.transformer.wte(idx)  # token embeddings of shape (b, t, n_embd)
-        pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (t, n_embd)
-        x = self.transformer.drop(tok_emb + pos_emb)
+        if "wpe" in self.transformer:
+            pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (t, n_embd)
+            x = self.transformer.drop(tok_emb + pos_emb)
+        else:  # rotary: positions enter on q and k
+            x = self.transformer.drop(tok_emb)
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)

@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     nn,
     norm,
     reduce,
+    rotary,
     scan,
     shaping,
     sorting,

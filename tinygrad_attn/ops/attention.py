@@ -56,11 +56,13 @@ class ScaledDotProductAttention(Function):
         M = None if mask is None else mask._array()
         if M is not None:
             M = xp.broadcast_to(M, B + (Tq, Tk))
-        if len(B) == 2:
+        if len(B) >= 2:
             # (batch, heads, T, D): lay the output out as (batch, T, heads, D) in memory and
             # hand back the (batch, heads, T, D) view, so merging the heads afterwards,
             # out.transpose(1, 2).contiguous().view(B, T, C), is a no-op, not a copy
-            out = xp.empty((B[0], Tq, B[1], V.shape[-1]), dtype=Q.dtype).swapaxes(1, 2)
+            # (grouped heads, (batch, kv heads, group, T, D), likewise: heads innermost)
+            out = xp.moveaxis(xp.empty((B[0], Tq) + B[1:] + (V.shape[-1],), dtype=Q.dtype),
+                              1, -2)
         else:
             out = xp.empty(B + (Tq, V.shape[-1]), dtype=Q.dtype)
         lse = xp.empty(B + (Tq, 1), dtype=Q.dtype)
@@ -153,16 +155,23 @@ class ScaledDotProductAttention(Function):
 @op(ScaledDotProductAttention, functional=True)
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale: float | None = None,
+                                 scale: float | None = None, enable_gqa: bool = False,
                                  block_size: int | None = None) -> Tensor:
     """softmax(q k^T * scale + mask) v without materializing the (T x T) matrix.
 
     q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv). `attn_mask` is bool (True = may
     attend) or float (added to the scores), broadcastable to (..., Tq, Tk). `is_causal`
-    masks keys after each query (top-left aligned, as PyTorch). `block_size` (default 128)
-    is the query/key tile.
+    masks keys after each query (top-left aligned, as PyTorch). `enable_gqa`: grouped-query
+    attention, as torch's: k and v may have fewer heads (dim -3) than q, each dividing q's;
+    q's head i reads kv head i // (q heads / kv heads). `block_size` (default 128) is the
+    query/key tile.
     """
     check_same_device("scaled_dot_product_attention", q, k, v, attn_mask)
+    if enable_gqa:
+        q, k, v, attn_mask, heads_shape = _grouped_heads(q, k, v, attn_mask)
+        out = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale,
+                                           block_size=block_size)
+        return out if heads_shape is None else out.reshape(heads_shape)
     if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
         raise ShapeError(
             f"scaled_dot_product_attention: q, k, v must have the same number (>= 2) of dims; "
@@ -204,3 +213,52 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
         scale = 1.0 / math.sqrt(q.shape[-1])
     return ScaledDotProductAttention.apply(q, k, v, attn_mask, is_causal=is_causal,
                                            scale=scale, block_size=block_size)
+
+
+def _grouped_heads(q, k, v, attn_mask):
+    """enable_gqa: q, k, v (and the mask) as grouped views with one set of heads.
+
+    With equal k and v head counts Hk (a GPT's grouped-query attention), q (..., Hq, T, D)
+    is viewed as (..., Hk, Hq/Hk, T, D) and k, v are expanded over the group as stride-0
+    views: no copy, and backward sums each group's dk, dv into its kv head. Returns the
+    shape to merge the output's heads back to (None: nothing was regrouped). Where k and v
+    have different head counts, each is repeated to q's heads (a recorded copy).
+    """
+    if min(q.ndim, k.ndim, v.ndim) < 3:
+        raise IndexError(
+            "scaled_dot_product_attention: enable_gqa needs a head dim (-3) in q, k and v; got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    Hq, Hk, Hv = q.shape[-3], k.shape[-3], v.shape[-3]
+    if Hq % Hk or Hq % Hv:
+        raise ShapeError(
+            f"scaled_dot_product_attention: enable_gqa needs the key and value head counts "
+            f"(dim -3) to divide the query's; got q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)}"
+        )
+    if Hk == Hv == Hq:
+        return q, k, v, attn_mask, None
+    if Hk != Hv:  # no single grouping fits both: repeat each to Hq heads
+        def repeat(t):
+            g = Hq // t.shape[-3]
+            grown = t.unsqueeze(-3).expand(*t.shape[:-2], g, *t.shape[-2:])
+            return grown.reshape(*t.shape[:-3], Hq, *t.shape[-2:])
+        return q, repeat(k), repeat(v), attn_mask, None
+    g = Hq // Hk
+    lead = tuple(q.shape[:-3])
+    grouped = q.reshape(*lead, Hk, g, *q.shape[-2:])  # a view: one dim split in two
+    k = k.unsqueeze(-3).expand(*k.shape[:-3], Hk, g, *k.shape[-2:])
+    v = v.unsqueeze(-3).expand(*v.shape[:-3], Hk, g, *v.shape[-2:])
+    if attn_mask is not None:
+        target = tuple(q.shape[:-1]) + (k.shape[-2],)
+        try:
+            ok = shp.broadcast_shapes(attn_mask.shape, target) == target
+        except ShapeError:
+            ok = False
+        if not ok:
+            raise ShapeError(
+                f"scaled_dot_product_attention: attn_mask of shape {tuple(attn_mask.shape)} "
+                f"does not broadcast to the scores' shape {target}"
+            )
+        attn_mask = attn_mask.expand(*target).reshape(*lead, Hk, g, *target[-2:])
+    return grouped, k, v, attn_mask, tuple(q.shape[:-1]) + (v.shape[-1],)
