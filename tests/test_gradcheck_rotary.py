@@ -32,7 +32,7 @@ def _rope(x, T=None):
                                           _t(sin, dtype=ta.float64))
 
 
-ROWS = {
+GRAD_ROWS = {
     "apply_rotary_emb": lambda x: _rope(x),
     "apply_rotary_emb_row_tables": lambda x: ta.functional.apply_rotary_emb(
         x, _t([[0.3, -0.8]], dtype=ta.float64), _t([[0.9, 0.1]], dtype=ta.float64)),
@@ -40,15 +40,15 @@ ROWS = {
 
 
 @pytest.mark.parametrize("view", VIEWS)
-@pytest.mark.parametrize("op", list(ROWS))
+@pytest.mark.parametrize("op", list(GRAD_ROWS))
 def test_gradcheck(op, view):
-    check(ROWS[op], [((3, 4), view, "real")])
+    check(GRAD_ROWS[op], [((3, 4), view, "real")])
 
 
-@pytest.mark.parametrize("op", list(ROWS))
+@pytest.mark.parametrize("op", list(GRAD_ROWS))
 def test_gradcheck_on_device(gpu_device, op, monkeypatch):
     monkeypatch.setitem(DEVICE, "name", gpu_device)
-    check(ROWS[op], [((3, 4), "transposed", "real")])
+    check(GRAD_ROWS[op], [((3, 4), "transposed", "real")])
 
 
 def test_rotary_on_head_views():
@@ -79,7 +79,7 @@ def _with(cos, sin):
     return fn
 
 
-TORCH_ROWS = {
+ROWS = {
     "apply_rotary_emb": [
         Case(_with(*_tables(5, 4)), (randn(2, 3, 5, 8),), layout=layout) for layout in VIEWS
     ] + [
@@ -88,13 +88,13 @@ TORCH_ROWS = {
         Case(_with(*_tables(3, 2, np.float32)), (randn(3, 4, dtype=np.float32),), grad=False),
     ],
 }
-PARAMS, IDS = case_ids(TORCH_ROWS)
+PARAMS, IDS = case_ids(ROWS)
 
 
 @pytest.mark.parametrize("name,k", PARAMS, ids=IDS)
 def test_matches_torch(name, k):
     torch = pytest.importorskip("torch")
-    check_case(TORCH_ROWS[name][k], torch)
+    check_case(ROWS[name][k], torch)
 
 
 # ----------------------------------------------------------------------------- memory, errors
@@ -134,4 +134,4 @@ def test_errors_name_the_op_and_shapes():
 
 
 TESTS_OF = {"apply_rotary_emb": test_rotary_on_head_views}
-COVERED = set(ROWS) | set(TESTS_OF)
+COVERED = set(GRAD_ROWS) | set(TESTS_OF)
