@@ -138,7 +138,7 @@ class GPT(nn.Module):
             ln_f=LayerNorm(config.n_embd, bias=config.bias),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        # https://paperswithcode.com/method/weight-tying
+        # weight tying: the token embedding and the output projection share one matrix
         self.transformer.wte.weight = self.lm_head.weight
 
         # init all weights
