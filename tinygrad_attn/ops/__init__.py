@@ -20,6 +20,7 @@ from . import (  # noqa: F401
     movement,
     nn,
     norm,
+    pooling,
     reduce,
     rounding,
     scan,
