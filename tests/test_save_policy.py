@@ -7,8 +7,8 @@ from conftest import TINY_GPT
 import nn
 import tinygrad_attn as ta
 import tinygrad_attn.functional as F
-from tinygrad_attn.ops.elementwise import Gelu
 from tinygrad_attn.ops.nn import LayerNorm
+from tinygrad_attn.ops.nonlinear import Gelu
 from tinygrad_attn.ops.reduce import Softmax
 
 B, T, C, L = 3, 16, 16, 2

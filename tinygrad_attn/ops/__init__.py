@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     math,
     movement,
     nn,
+    nonlinear,
     norm,
     pooling,
     reduce,

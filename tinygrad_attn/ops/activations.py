@@ -12,7 +12,7 @@ from .. import shape as shp
 from ..autograd import Function
 from ._math_util import _require_float
 from ._util import Tensor, from_array
-from .elementwise import _sigmoid_array
+from .nonlinear import _sigmoid_array
 from .reduce import Softmax, softmax
 from .registry import op
 
