@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU verification of issue 7, as one script for a machine with a CUDA GPU, CuPy and
+# The GPU verification, as one script for a machine with a CUDA GPU, CuPy and
 # PyTorch (run from the repository root): the test suite with the "cuda" device, the GPT
 # trainer for 300 steps on the GPU, and the side-by-side benchmark at shakespeare-char,
 # batch 64. Each part prints its own output; the script stops at the first failure.

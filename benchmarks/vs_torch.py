@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import ctypes
 import gc
-import importlib.util
 import json
 import math
 import os
@@ -79,13 +78,18 @@ ATTN = ("naive", "views", "flash")
 
 # ----------------------------------------------------------------------------- torch side
 def load_reference():
-    """tests/torch_nanogpt.py, imported by path (the tests folder is not a package)."""
-    path = Path(__file__).resolve().parents[1] / "tests" / "torch_nanogpt.py"
-    spec = importlib.util.spec_from_file_location("torch_nanogpt", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["torch_nanogpt"] = mod  # dataclasses look their module up while defining
-    spec.loader.exec_module(mod)
-    return mod
+    """The PyTorch reference model the tests compare against (tests/torch_nanogpt.py),
+    imported as the module `tests.torch_nanogpt`: one model, not a benchmark's own copy.
+
+    The repository root goes on sys.path once (a script's own folder is what Python puts
+    there), so `tests` imports as a namespace package without an __init__.py that would
+    change how pytest collects the suite."""
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from tests import torch_nanogpt
+
+    return torch_nanogpt
 
 
 def naive_attention_class(ref):

@@ -309,8 +309,9 @@ class GPT(Module):
             ln_f=make_norm(config),
         ))
         self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
-        # weight tying: one tensor, one Storage, one gradient, in both places
-        # https://paperswithcode.com/method/weight-tying
+        # weight tying: the token embedding and the output projection share one matrix
+        # (one tensor, one Storage, one gradient, in both places), which saves parameters
+        # and ties the input and output token representations together
         self.transformer.wte.weight = self.lm_head.weight
 
         # init all weights, then a scaled init of the residual projections (GPT-2 paper)

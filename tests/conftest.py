@@ -7,6 +7,11 @@ import tinygrad_attn as ta
 
 REAL_CUDA = ta.cuda.is_available()  # decided before any test can install the fake
 
+# The tiny GPT the tests share where any small model will do: two layers, two heads, fast
+# enough in float64 for value checks. Tests that need something else (more heads for the
+# head split, a one-layer trainer, a gradcheck-sized one) keep their own config.
+TINY_GPT = dict(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16)
+
 DEVICES = [
     "cpu",
     pytest.param("cuda", marks=pytest.mark.skipif(not REAL_CUDA,

@@ -1,4 +1,4 @@
-"""examples/attention_memory.py: what issue 5 says must hold, on a small config.
+"""examples/attention_memory.py: what its memory account must hold, on a small config.
 
 The example is run once (--quick) and its returned rows are checked: the copies in
 attention's forward and their source lines, the saved-for-backward order, floor_bytes

@@ -126,7 +126,7 @@ UNARY = {
     "pow_method": (lambda x: x.pow(0.5), "positive"),
     "rpow_scalar": (lambda x: 2.0 ** x, "real"),
     "rpow_e": (lambda x: 0.7 ** x, "real"),
-    # ops/math.py
+    # ops/math.py, rounding.py, binary_math.py
     "sin": (lambda x: x.sin(), "real"),
     "cos": (lambda x: ta.cos(x), "real"),
     "tan": (lambda x: x.tan(), "unit"),
@@ -210,7 +210,7 @@ BINARY = {
     "minimum": (lambda a, b: a.minimum(b), "real", "real"),
     "maximum_method": (lambda a, b: a.maximum(b), "real", "real"),
     "minimum_functional": (lambda a, b: ta.functional.minimum(a, b), "real", "real"),
-    # ops/math.py
+    # ops/math.py, rounding.py, binary_math.py
     "atan2": (lambda a, b: ta.atan2(a, b), "real", "nonzero"),
     "hypot": (lambda a, b: a.hypot(b), "nonzero", "nonzero"),
     "copysign": (lambda a, b: ta.copysign(a, b), "nonzero", "nonzero"),

@@ -1,4 +1,4 @@
-"""The one-way flow of DESIGN.md, checked: each module imports only from layers below it,
+"""The one-way flow of docs/design.md, checked: each module imports only from layers below it,
 and only the backend package imports numpy or cupy."""
 
 import ast

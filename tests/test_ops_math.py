@@ -1,4 +1,5 @@
-"""ops/math.py against torch: values, dtypes, shapes, gradients and errors, one row each.
+"""ops/math.py, rounding.py, binary_math.py and logical.py against torch: values, dtypes,
+shapes, gradients and errors, one row each.
 
 ROWS is the table a conformance check reads; every case runs on 0-d, empty, broadcast or
 non-contiguous inputs (a transposed or sliced view, or an expanded leaf) in each dtype the

@@ -2,15 +2,15 @@
 
 import numpy as np
 import pytest
+from conftest import TINY_GPT
 
 import nn
 import tinygrad_attn as ta
 import tinygrad_attn.functional as F
-from tinygrad_attn.ops.elementwise import Gelu
 from tinygrad_attn.ops.nn import LayerNorm
+from tinygrad_attn.ops.nonlinear import Gelu
 from tinygrad_attn.ops.reduce import Softmax
 
-CFG = dict(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16)
 B, T, C, L = 3, 16, 16, 2
 
 
@@ -39,7 +39,7 @@ def test_each_op_saves_what_it_declares_and_its_formula_predicts(mode):
 
 def _gpt_step(**policies):
     ta.manual_seed(0)
-    model = nn.GPT(nn.GPTConfig(**CFG)).double()
+    model = nn.GPT(nn.GPTConfig(**TINY_GPT)).double()
     idx = ta.randint(0, 13, (B, T))
     with ta.memory.save_policies(**policies), ta.memory.profile(raw=False) as prof:
         _, loss = model(idx, idx)

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import TINY_GPT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -277,7 +278,7 @@ def test_gpt_checkpoint_file_interchanges_with_torch_nanogpt(tmp_path):
     st_torch = pytest.importorskip("safetensors.torch")
     import torch_nanogpt
 
-    config = dict(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    config = TINY_GPT
     model = nn.GPT(nn.GPTConfig(**config)).double()
     path = tmp_path / "gpt.safetensors"
     save(model.state_dict(), path)

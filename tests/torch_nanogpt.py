@@ -199,7 +199,7 @@ class GPT(nn.Module):
             ln_f=make_norm(config),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        # https://paperswithcode.com/method/weight-tying
+        # weight tying: the token embedding and the output projection share one matrix
         self.transformer.wte.weight = self.lm_head.weight
 
         # init all weights

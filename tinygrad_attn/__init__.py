@@ -1,7 +1,7 @@
 """tinygrad_attn: a small reverse-mode autodiff engine on NumPy (CPU) and CuPy (GPU).
 
 Strided zero-copy views, batched matmul and softmax, and a memory ledger that explains
-where the bytes of a training step go. See README.md and DESIGN.md.
+where the bytes of a training step go. See README.md and docs/design.md.
 """
 
 from . import tensor as _tensor_module  # noqa: F401,I001 - first: binds the op layer

@@ -28,6 +28,22 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
     or raises GradcheckError with a per-element report of the mismatches.
     """
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    checked = _checked_inputs(inputs)
+    outs = _outputs(fn(*inputs))
+    if not outs:
+        raise ValueError("gradcheck: fn returned no floating point tensor")
+    xp = backend.xp_for(outs[0].device)
+    analytical = _analytical(xp, outs, inputs, checked)
+    numerical = _numerical(xp, fn, inputs, checked, analytical, len(outs), eps)
+    lines = _mismatches(xp, analytical, numerical, outs, inputs, atol, rtol, max_report)
+    if lines:
+        report = "\n".join(lines)
+        raise GradcheckError(f"gradcheck failed (atol={atol:g}, rtol={rtol:g}):\n{report}")
+    return True
+
+
+def _checked_inputs(inputs) -> list:
+    """The positions of the inputs that require grad; each must be float64."""
     checked = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
         raise ValueError("gradcheck: no input requires grad")
@@ -37,15 +53,13 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
                 f"gradcheck: input {i} has dtype {inputs[i].dtype.name}; finite differences "
                 "need float64 inputs"
             )
+    return checked
 
-    outs = _outputs(fn(*inputs))
-    if not outs:
-        raise ValueError("gradcheck: fn returned no floating point tensor")
-    out_shapes = [o.shape for o in outs]
-    xp = backend.xp_for(outs[0].device)
 
-    # analytical: one vector-Jacobian product per output element
-    analytical = {}  # (out k, in i) -> array (out numel, in numel)
+def _analytical(xp, outs, inputs, checked) -> dict:
+    """(out k, in i) -> Jacobian (out numel, in numel): one vector-Jacobian product per
+    output element."""
+    analytical = {}
     for k, o in enumerate(outs):
         for i in checked:
             analytical[k, i] = xp.zeros((o.numel(), inputs[i].numel()))
@@ -60,8 +74,11 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
             for i, g in zip(checked, grads):
                 if g is not None:
                     analytical[k, i][j] = g._array().reshape(-1)
+    return analytical
 
-    # numerical: central differences, one input element at a time
+
+def _numerical(xp, fn, inputs, checked, analytical, n_outs, eps) -> dict:
+    """The same Jacobians by central differences, one input element at a time."""
     numerical = {key: xp.zeros_like(v) for key, v in analytical.items()}
     with no_grad():
         for i in checked:
@@ -73,9 +90,14 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
                 arr[idx] = orig - eps
                 minus = [o._array().reshape(-1).copy() for o in _outputs(fn(*inputs))]
                 arr[idx] = orig
-                for k in range(len(outs)):
+                for k in range(n_outs):
                     numerical[k, i][:, n] = (plus[k] - minus[k]) / (2 * eps)
+    return numerical
 
+
+def _mismatches(xp, analytical, numerical, outs, inputs, atol, rtol, max_report) -> list:
+    """The report's lines: per (output, input) pair, how many entries differ and the first
+    `max_report` of them."""
     lines = []
     for (k, i), a in analytical.items():
         num = numerical[k, i]
@@ -83,7 +105,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
         if bad.any():
             where = backend.to_host(xp.argwhere(bad))
             lines.append(
-                f"output {k} (shape {tuple(out_shapes[k])}) w.r.t. input {i} (shape "
+                f"output {k} (shape {tuple(outs[k].shape)}) w.r.t. input {i} (shape "
                 f"{tuple(inputs[i].shape)}): {len(where)} of {bad.size} Jacobian entries differ"
             )
             for r, c in where[:max_report]:
@@ -91,7 +113,4 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
                     f"  d out[{r}] / d in[{c}]: analytical {float(a[r, c]):+.8g}, "
                     f"numerical {float(num[r, c]):+.8g}"
                 )
-    if lines:
-        report = "\n".join(lines)
-        raise GradcheckError(f"gradcheck failed (atol={atol:g}, rtol={rtol:g}):\n{report}")
-    return True
+    return lines

@@ -10,9 +10,9 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ._math_util import _require_float
 from ._util import Tensor, from_array
-from .elementwise import _sigmoid_array
-from .math import _require_float
+from .nonlinear import _sigmoid_array
 from .reduce import Softmax, softmax
 from .registry import op
 

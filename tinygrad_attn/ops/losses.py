@@ -15,9 +15,10 @@ from .. import backend
 from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
+from ._math_util import _require_float
 from ._util import Tensor, check_same_device, from_array, unbroadcast
-from .elementwise import Mul, _sigmoid_array
-from .math import _require_float
+from .elementwise import Mul
+from .nonlinear import _sigmoid_array
 from .reduce import LogSoftmax, Sum, log_softmax
 from .registry import op
 
