@@ -207,3 +207,34 @@ def test_module_scope_is_recorded():
     assert [(e.name, e.scope) for e in tr.runs] == [
         ("SumBackward", ""), ("TanhBackward", ""), ("MatmulBackward", "mlp.fc1")]
     assert "MatmulBackward [mlp.fc1]: got (3, 2)" in str(tr)
+
+
+def test_checkpoint_recomputation_is_traced_inside_its_node():
+    x = ta.randn(3, 4, requires_grad=True)
+    w = ta.randn(4, 4, requires_grad=True)
+    h = ta.checkpoint(lambda a, b: (a @ b).tanh(), x, w)
+    loss = h.sum()
+    with ta.autograd.trace(params={"x": x, "w": w}) as tr:
+        loss.backward()
+    names = [e.name for e in tr.runs]
+    assert names[:2] == ["SumBackward", "CheckpointBackward"]
+    assert names[2:] == ["TanhBackward", "MatmulBackward"]  # the recomputed block's backward
+    outer = tr.runs[1]
+    assert outer.handed[0] is None  # the block itself, not a tensor
+    assert [g.shape for g in outer.handed[1:]] == [(3, 4), (4, 4)]
+    assert outer.handed[1].norm == pytest.approx(float(np.linalg.norm(x.grad.numpy())), rel=1e-6)
+    # the inner backward's leaves are the block's detached inputs; the outer ones come last
+    leaves = [(e.name, e.shape) for e in tr.events if e.kind == "leaf"]
+    assert leaves == [("", (4, 4)), ("", (3, 4)), ("w", (4, 4)), ("x", (3, 4))]
+    assert tr.events.index(outer) < tr.events.index(tr.runs[3])
+
+
+def test_trace_on_each_device(device):
+    x = ta.tensor(X, device=device, requires_grad=True)
+    w = ta.tensor(W, device=device, requires_grad=True)
+    z = (x * w).sum() * 3
+    with ta.autograd.trace(params={"x": x}) as tr:
+        z.backward()
+    leaf_x = [e for e in tr.events if e.kind == "leaf" and e.name == "x"][0]
+    assert leaf_x.norm == pytest.approx(3 * _norm(W))
+    assert tr.freed_bytes() == 48

@@ -137,6 +137,8 @@ class Trace:
         self.events: list = []
         self._names = {id(t): name for name, t in (params or {}).items()}
         self._freed: dict = {}  # storage id -> bytes, over all Freed events
+        self._running: list = []  # NodeRuns waiting for what they hand on; a checkpoint's
+        # backward runs a backward of its own in between, whose events come inside its run
         self._routed = False  # a lazy gradient was just summed: its Routed says it already
 
     # -- context manager ---------------------------------------------------------------
@@ -151,11 +153,12 @@ class Trace:
 
     # -- what the engine tells it ------------------------------------------------------
     def on_receive(self, node, grads: list) -> None:
-        received = tuple(_info(g) for g in grads)
-        self.events.append(NodeRun(node.name, node.scope, received))
+        run = NodeRun(node.name, node.scope, tuple(_info(g) for g in grads))
+        self.events.append(run)
+        self._running.append(run)
 
     def on_hand_on(self, node, results: tuple) -> None:
-        self.events[-1].handed = tuple(
+        self._running.pop().handed = tuple(
             None if edge is None else _info(g) for edge, g in zip(node.next_functions, results)
         )
 
