@@ -7,6 +7,7 @@
 (c) A gradient by hand: the chain rule over the saved tensors equals what backward() gives.
 (d) gradcheck: the same gradients against finite differences, in float64.
 (e) A picture: ta.viz draws a graph, with what each node saved, as graph.svg.
+(f) A trace: ta.autograd.trace() records a backward run, node by node, as a numbered table.
 """
 
 import os
@@ -141,3 +142,15 @@ path = graph.save(os.path.join(out_dir, "graph.svg"))
 print(f"{len(graph.nodes)} boxes, {len(graph.edges)} arrows, "
       f"{graph.saved_bytes} bytes saved for backward")
 print(f"wrote {os.path.abspath(path)} (open it in a browser; graph.to_dot() gives DOT text)")
+
+# ----------------------------------------------------------------------------- (f) trace
+header("(f) a trace: y = (x * w).sum(); z = y * 2 + y; z.backward()")
+x = ta.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+w = ta.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -2.0]], requires_grad=True)
+y = (x * w).sum()
+z = y * 2 + y  # y feeds two ops: its two gradients (1 and 2) are summed before SumBackward
+print(f"saved for backward: {ta.memory.saved_bytes(z)} bytes")
+with ta.autograd.trace(params={"x": x, "w": w}) as tr:
+    z.backward()
+print(tr)  # |g| is each gradient's norm; "free" lines give back what was saved
+print(f"freed {tr.freed_bytes()} bytes; x.grad = 3 * w: {x.grad.numpy().tolist()}")

@@ -3,7 +3,8 @@
 An op is a `Function` subclass with `forward(ctx, ...)` and `backward(ctx, *grads)` side by
 side (PyTorch's autograd.Function); `graph` holds what forward records (grad mode, nodes,
 saved tensors with their version checks, `Function.apply`), `engine` what backward does
-with it (ordering, accumulation, freeing, `backward` and `grad`).
+with it (ordering, accumulation, freeing, `backward` and `grad`), `trace` a record of one
+backward run, step by step.
 """
 
 from .engine import (  # noqa: F401
@@ -26,3 +27,4 @@ from .graph import (  # noqa: F401
     no_grad,
     set_grad_enabled,
 )
+from .trace import Trace, trace  # noqa: F401

@@ -20,6 +20,17 @@ from ..shape import index_geometry, view_strides
 from ..tensor import Tensor, _ones_like_array, _zeros_array, from_array
 from .graph import AccumulateGrad, Node, _labelled, _notify, _relabel, _restore, gradient_edge
 
+# Tracers (autograd.trace) watching a backward run, told what the ledger's observers are not
+# told: the gradients a node receives and hands on, slices routed and leaves accumulated.
+# Empty unless a trace is open; every call site checks it first, so untraced runs pay one
+# truth test per node.
+_tracers: list = []
+
+
+def _tell_tracers(event: str, *args) -> None:
+    for tracer in _tracers:
+        getattr(tracer, event)(*args)
+
 
 # ----------------------------------------------------------------------------- public API
 def backward(tensors, grad_tensors=None, retain_graph: bool = False) -> None:
@@ -105,7 +116,11 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
             continue
         wanted.take(node, grads)
         _retain_grads(node, grads, owned)
+        if _tracers:
+            _tell_tracers("on_receive", node, grads)
         results = _run_node(node, grads)
+        if _tracers:
+            _tell_tracers("on_hand_on", node, results)
         _free(node, retain_graph, late_free)
         sharing = _Sharing(grads, owned, results)
         _hand_on(node, results, sharing, pending, consumers, ready, held)
@@ -246,7 +261,27 @@ def _run_hooks(hooks_by_output: dict, grads: list, owned: list) -> None:
             if grads[nr] is not None:
                 new = hook(grads[nr])
                 if new is not None:
+                    _check_hook_result(hook, grads[nr], new)
                     grads[nr], owned[nr] = new, False
+
+
+def _check_hook_result(hook, g: Tensor, new) -> None:
+    """A hook may replace a gradient only by one the rest of the graph can take unchanged:
+    same shape, dtype and device (PyTorch's errors and error types)."""
+    name = getattr(hook, "__name__", type(hook).__name__)
+    if not isinstance(new, Tensor):
+        raise TypeError(
+            f"hook '{name}' on a tensor of shape {tuple(g.shape)}: expected a Tensor or None, "
+            f"but hook returned '{type(new).__name__}'"
+        )
+    for what, was, got in (("size", tuple(g.shape), tuple(new.shape)),
+                           ("type", g.dtype.name, new.dtype.name),
+                           ("type", g.device, new.device)):
+        if was != got:
+            raise RuntimeError(
+                f"hook '{name}' has changed the {what} of value: the gradient of a tensor of "
+                f"shape {tuple(g.shape)} was {was}, the hook returned {got}"
+            )
 
 
 def _finish_leaf(node: AccumulateGrad, grads: list, owned: list, wanted: _Capture) -> None:
@@ -263,6 +298,8 @@ def _finish_leaf(node: AccumulateGrad, grads: list, owned: list, wanted: _Captur
 
 
 def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool) -> None:
+    if _tracers:
+        _tell_tracers("on_leaf", var, g)
     if var.grad is None:
         if not owned or g.dtype != var.dtype:  # never alias another tensor's memory as .grad
             reason = "broadcast-grad" if 0 in g._strides else "grad-clone"
@@ -371,6 +408,8 @@ def _hand_on(node: Node, results: tuple, sharing: _Sharing, pending: dict, consu
                 entry = pending[nxt] = _new_slots(nxt)
             held.routed = (base, entry)
             how = _accumulate(entry[0], entry[1], nr, g, sharing.may_own(base))
+            if _tracers and type(g) in _LAZY:
+                _tell_tracers("on_lazy", nxt, nr, g, how)
             if how != "first":
                 _notify("on_accumulate", nxt, nr, how, base.nbytes)
         consumers[nxt] -= 1
