@@ -44,10 +44,7 @@ class Prod(Function):
     @staticmethod
     def forward(ctx, x, dim=None, keepdim=False, dtype=None):
         axes = _reduce_axes(x, dim, "prod")
-        if dtype is not None:
-            out_dtype = backend.to_dtype(dtype)
-        else:
-            out_dtype = x.dtype if x.dtype.is_floating_point else backend.int64
+        out_dtype = backend.accumulating(x.dtype) if dtype is None else backend.to_dtype(dtype)
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         ctx.save_for_backward(x)
         xp = backend.xp_for(x.device)
