@@ -38,6 +38,34 @@ def _pointwise(td="real", kwargs=({},), dtypes=(F32, F64)):
     return rows
 
 
+F16, I64, B = "float16", "int64", "bool"
+
+
+def _mixed(name, domain="real", grad=True):
+    """Rows with the two operands of different dtypes: torch's result dtype per loss."""
+    def call(a, b, raises=None, b_shape=(3, 4)):
+        # torch computes some terms in an operand's own dtype (the target's log in kl_div,
+        # log_sigmoid of a float32 input), the engine all in the promoted one
+        rtol = 2e-3 if F16 in (a, b) else 1e-6 if {a, b} == {F32, F64} else None
+        return Call((T((3, 4), a, grad=grad), T(b_shape, b, domain=domain, grad=grad)),
+                    where="F", raises=raises, rtol=rtol)
+    if name in ("mse_loss", "l1_loss", "smooth_l1_loss"):  # promoted, a 0-d target too
+        return [call(F32, F64), call(F64, F32), call(F16, F32), call(F32, I64),
+                call(I64, F32), call(F32, F64, b_shape=()), call(F16, F64, b_shape=()),
+                call(F32, B, RuntimeError if name == "l1_loss" else None),
+                call(I64, I64, RuntimeError)]
+    if name == "huber_loss":  # computed promoted, returned in the input's dtype
+        return [call(F32, F64), call(F64, F32), call(F16, F32), call(F32, I64),
+                call(F32, F64, b_shape=()), call(F32, B), call(I64, F32, RuntimeError)]
+    if name == "kl_div":  # promoted (a 0-d target as a 0-d tensor); integers raise
+        return [call(F32, F64), call(F64, F32), call(F16, F32), call(F32, F64, b_shape=()),
+                call(F32, I64, RuntimeError), call(I64, F32, RuntimeError)]
+    if name == "binary_cross_entropy":  # no promotion at all
+        return [call(F32, F64, RuntimeError), call(F64, F32, RuntimeError)]
+    # with logits: the target's dtype, computed promoted; an integer target raises
+    return [call(F32, F64), call(F64, F32), call(F16, F32), call(F32, I64, RuntimeError),
+            call(F32, B, RuntimeError), call(I64, F32, RuntimeError)]
+
 
 ROWS = {
     "mse_loss": _pointwise(),
@@ -73,6 +101,12 @@ ROWS = {
         Call((T((0, 2), F32), T((0, 2), F32, domain="prob")), where="F"),
         Call((T((3, 1), F32), T((3,), F32, domain="prob")), where="F", raises=ValueError)],
 }
+for _name, _domain in (("mse_loss", "real"), ("l1_loss", "real"), ("smooth_l1_loss", "real"),
+                       ("huber_loss", "real"), ("kl_div", "positive"),
+                       ("binary_cross_entropy", "prob"),
+                       ("binary_cross_entropy_with_logits", "prob")):
+    # torch's huber_loss backward fails on mixed dtypes: its rows compare values only
+    ROWS[_name] += _mixed(_name, _domain, grad=_name != "huber_loss")
 
 
 def _class_rows(name):
