@@ -78,11 +78,18 @@ ROWS = {
                                                          arr([5, 6], I64))),
         Case(lambda lib, x, i, s: x.index_add(0, i, s), (X, arr([5], I64), randn(1, 4)),
              raises=RuntimeError),
+        # no promotion: the source must have the input's dtype
+        Case(lambda lib, x, i, s: x.index_add(0, i, s),
+             (X, arr([0], I64), randn(1, 4, dtype=np.float32)), raises=RuntimeError),
+        Case(lambda lib, x, i, s: x.index_add(0, i, s),
+             (X, arr([0], I64), arr([[1, 2, 3, 4]], I64)), raises=RuntimeError),
     ],
     "index_copy": [
         Case(lambda lib, x, i, s: x.index_copy(1, i, s), (X, arr([3, 0], I64), randn(3, 2)),
              "sliced"),
         Case(lambda lib, x, i, s: lib.index_copy(x, 0, i, s), (X, arr([1], I64), randn(1, 4))),
+        Case(lambda lib, x, i, s: x.index_copy(0, i, s),
+             (X, arr([1], I64), randn(1, 4, dtype=np.float32)), raises=RuntimeError),
     ],
     "index_fill": [
         Case(lambda lib, x, i: x.index_fill(1, i, -1.0), (X, arr([1, 3], I64)), "transposed"),
