@@ -135,7 +135,10 @@ def _class_rows(name):
 
 
 ROWS["nll_loss"] = [c for c in _class_rows("nll_loss")
-                    if not (c.raises and c.args[1].dtype == F32)]
+                    if not (c.raises and c.args[1].dtype == F32)] + [
+    # no promotion: the weight must have the input's dtype
+    Call((T((5, 4), F32), T((5,), "int64", domain="positive"),
+          T((4,), F64, domain="positive", grad=False)), where="F", raises=RuntimeError)]
 ROWS["cross_entropy"] = [c for c in _class_rows("cross_entropy") if not c.raises] + [
     Call((T((5, 4), F64, "t"), T((5,), "int64", domain="positive")),
          {"label_smoothing": s, "reduction": r}, where="F")

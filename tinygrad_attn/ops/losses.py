@@ -378,6 +378,9 @@ class NllLoss(Function):
                              f"input (C,) and a 0-d target; got {tuple(x.shape)} and "
                              f"{tuple(target.shape)}")
         C = x.shape[1] if x.ndim > 1 else x.shape[0]
+        if weight is not None and weight.dtype is not x.dtype:  # torch does not promote
+            raise RuntimeError(f"nll_loss: expected a weight of the input's dtype "
+                               f"{x.dtype.name}, got {weight.dtype.name}")
         if weight is not None and tuple(weight.shape) != (C,):
             raise ShapeError(f"nll_loss: weight of shape {tuple(weight.shape)} must be ({C},) "
                              f"for input of shape {tuple(x.shape)}")
