@@ -42,6 +42,8 @@ def _scatter_rows():
     ]
 
 
+BOOLS = np.array([[True, False, True], [False, False, True]])
+
 ROWS = {
     "scatter": _scatter_rows(),
     "scatter_add": [
@@ -202,6 +204,8 @@ ROWS = {
              raises=RuntimeError),
     ],
     "einsum": [
+        Case(lambda lib, a: lib.einsum("ij,kj->ik", a, a), (np.arange(6).reshape(2, 3),)),
+        Case(lambda lib, a: lib.einsum("ij,kj->ik", a, a), (BOOLS,), raises=RuntimeError),
         Case(lambda lib, a, b: lib.einsum("bhqd,bhkd->bhqk", a, b),
              (randn(2, 3, 4, 5), randn(2, 3, 6, 5, seed=1))),
         Case(lambda lib, a, b: lib.einsum("ij,jk", a, b), (X, randn(4, 2, seed=1)), "transposed"),

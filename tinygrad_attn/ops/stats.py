@@ -227,7 +227,13 @@ def std_mean(x, dim=None, *, correction=1, keepdim=False):
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     """ta.linalg.vector_norm: the ord-norm of x over dim (all dims by default)."""
     if dtype is not None:
-        x = x.to(dtype)
+        want = backend.to_dtype(dtype)
+        # torch computes in `dtype` only as a widening of a floating input
+        if not x.dtype.is_floating_point or backend.promote_types(x.dtype, want) is not want:
+            raise RuntimeError(f"linalg.vector_norm: the dtype of the input ({x.dtype.name}, "
+                               f"shape {tuple(x.shape)}) should be floating and convertible "
+                               f"without narrowing to the specified dtype ({want.name})")
+        x = x.to(want)
     return VectorNorm.apply(x, ord, dim, keepdim)
 
 
