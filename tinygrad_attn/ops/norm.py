@@ -10,6 +10,7 @@ one multiplication in backward.
 from __future__ import annotations
 
 from .. import backend
+from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
 from ._util import check_same_device, from_array
@@ -143,7 +144,9 @@ class GroupNorm(Function):
         _param_shape("group_norm", "bias", bias, (C,))
         xp = backend.xp_for(x.device)
         N = x.shape[0]
-        ctx.groups = (N, num_groups, x.numel() // max(N * num_groups, 1))
+        # the group size from the shape, not numel / N: an empty batch keeps it (and NumPy
+        # its silence: a mean over a size-0 axis warns)
+        ctx.groups = (N, num_groups, shp.numel(x.shape[1:]) // num_groups)
         grouped = x._array().reshape(ctx.groups)  # (N, G, C/G * positions)
         mean = xp.mean(grouped, axis=2, keepdims=True)
         xhat = grouped - mean
