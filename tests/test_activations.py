@@ -1,6 +1,6 @@
 """ops/activations.py and nn/activations.py against torch.nn.functional and torch.nn.
 
-ROWS is the table a conformance check reads (see tests/torch_cases.py): values, dtypes,
+ROWS is the table a conformance check reads (see tests/torch_rows.py): values, dtypes,
 shapes and gradients on 0-d, empty, transposed, sliced and expanded float inputs, keyword
 arguments, and the errors torch raises.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from torch_cases import Case, T, cases, run_case
+from torch_rows import Call, T, cases, run_case
 
 import nn
 import tinygrad_attn as ta
@@ -18,17 +18,17 @@ F32, F64, F16 = "float32", "float64", "float16"
 
 
 def _rows(domain="real", kwargs=(), dtypes=(F32, F64), errors=True, rtol=None):
-    rows = [Case((T((3, 4), d, domain=domain),), where="F") for d in dtypes]
-    rows += [Case((T((), F64, domain=domain),), where="F"),
-             Case((T((0, 3), F32, domain=domain),), where="F"),
-             Case((T((3, 4), F64, "t", domain),), where="F"),
-             Case((T((2, 6), F32, "s", domain),), where="F"),
-             Case((T((3, 4), F64, "e", domain),), where="F")]
-    rows += [Case((T((3, 4), F64, domain=domain),), dict(kw), where="F") for kw in kwargs]
+    rows = [Call((T((3, 4), d, domain=domain),), where="F") for d in dtypes]
+    rows += [Call((T((), F64, domain=domain),), where="F"),
+             Call((T((0, 3), F32, domain=domain),), where="F"),
+             Call((T((3, 4), F64, "t", domain),), where="F"),
+             Call((T((2, 6), F32, "s", domain),), where="F"),
+             Call((T((3, 4), F64, "e", domain),), where="F")]
+    rows += [Call((T((3, 4), F64, domain=domain),), dict(kw), where="F") for kw in kwargs]
     if errors:
-        rows.append(Case((T((3,), "int64"),), where="F", raises=RuntimeError))
+        rows.append(Call((T((3,), "int64"),), where="F", raises=RuntimeError))
     if rtol is not None:
-        rows = [Case(c.args, c.kwargs, c.where, c.raises, rtol=rtol) if not c.raises else c
+        rows = [Call(c.args, c.kwargs, c.where, c.raises, rtol=rtol) if not c.raises else c
                 for c in rows]
     return rows
 
@@ -39,27 +39,33 @@ ROWS = {
     "selu": _rows("nonzero"),
     "celu": _rows("nonzero", [{"alpha": 0.5}, {"alpha": 3.0}]),
     "softplus": _rows("real", [{"beta": 2.0}, {"beta": 0.5, "threshold": 1.0}]) + [
-        Case((T((3,), F64, domain="special"),), where="F")],
-    "softsign": _rows("real", dtypes=(F32, F64, F16), errors=False),
+        Call((T((3,), F64, domain="special"),), where="F")],
+    # torch's softsign is x / (1 + |x|): integers promote to the default dtype, bool raises
+    "softsign": _rows("real", dtypes=(F32, F64, F16), errors=False) + [
+        Call((T((3, 4), d),), where="F") for d in ("int64", "int8", "uint8")] + [
+        Call((T((3,), "bool"),), where="F", raises=RuntimeError)],
     "mish": _rows("real"),
     "hardswish": _rows("real", dtypes=(F32, F64, F16)),
     # torch scales by 1/6 rounded to float32 even in float64: a 3e-8 relative difference
     "hardsigmoid": _rows("real", rtol=1e-7),
     "hardtanh": _rows("real", [{"min_val": -0.5, "max_val": 2.0}], errors=False) + [
-        Case((T((3, 4), "int64"),), {"min_val": -2, "max_val": 3}, where="F"),
-        Case((T((3,), F32),), {"min_val": 2.0, "max_val": 1.0}, where="F", raises=ValueError)],
-    "relu6": _rows("real", [], (F32, F64, F16, "int64"), errors=False),
-    "logsigmoid": _rows("real") + [Case((T((8,), F64, domain="special"),), where="F")],
-    "softmin": [Case((T((3, 4), d),), {"dim": dim}, where="F") for d in (F32, F64)
+        Call((T((3, 4), "int64"),), {"min_val": -2, "max_val": 3}, where="F"),
+        Call((T((3, 4), "int8"),), where="F"),
+        Call((T((3,), "bool"),), where="F", raises=RuntimeError),
+        Call((T((3,), F32),), {"min_val": 2.0, "max_val": 1.0}, where="F", raises=ValueError)],
+    "relu6": _rows("real", [], (F32, F64, F16, "int64"), errors=False) + [
+        Call((T((3,), "bool"),), where="F", raises=RuntimeError)],
+    "logsigmoid": _rows("real") + [Call((T((8,), F64, domain="special"),), where="F")],
+    "softmin": [Call((T((3, 4), d),), {"dim": dim}, where="F") for d in (F32, F64)
                 for dim in (0, 1, -1)] + [
-        Case((T((3, 4), F64, "t"),), {"dim": 1}, where="F"),
-        Case((T((0, 3), F32),), {"dim": 1}, where="F")],
-    "glu": [Case((T((3, 4), d),), where="F") for d in (F32, F64)] + [
-        Case((T((4, 6), F64, "t"),), {"dim": 0}, where="F"),
-        Case((T((2, 8), F32, "s"),), {"dim": -1}, where="F"),
-        Case((T((0, 4), F32),), where="F"),
-        Case((T((3, 5), F32),), where="F", raises=RuntimeError),
-        Case((T((), F32),), where="F", raises=RuntimeError)],
+        Call((T((3, 4), F64, "t"),), {"dim": 1}, where="F"),
+        Call((T((0, 3), F32),), {"dim": 1}, where="F")],
+    "glu": [Call((T((3, 4), d),), where="F") for d in (F32, F64)] + [
+        Call((T((4, 6), F64, "t"),), {"dim": 0}, where="F"),
+        Call((T((2, 8), F32, "s"),), {"dim": -1}, where="F"),
+        Call((T((0, 4), F32),), where="F"),
+        Call((T((3, 5), F32),), where="F", raises=RuntimeError),
+        Call((T((), F32),), where="F", raises=RuntimeError)],
 }
 
 

@@ -36,6 +36,9 @@ INTS = np.random.default_rng(3).integers(-9, 9, (2, 3, 5, 5)).astype(I64)
 
 ROWS = {
     "conv1d": [
+        # integer convolutions run, bool ones raise (as torch's kernels)
+        Case(_call("conv1d"), (INTS[:, :, 0], INTS[:3, :, 1, :3])),
+        Case(_call("conv1d"), (INTS[:, :, 0] > 0, INTS[:3, :, 1, :3] > 0), raises=RuntimeError),
         Case(_call("conv1d"), (X3, randn(3, 4, 3, seed=1), B3)),
         Case(_call("conv1d", stride=2, padding=2, dilation=2), (X3, randn(3, 4, 3, seed=1)),
              layout="transposed"),
@@ -63,6 +66,7 @@ ROWS = {
         Case(_call("conv2d"), (X4, W2.astype(F32)), raises=RuntimeError),  # dtypes
     ],
     "conv_transpose1d": [
+        Case(_call("conv_transpose1d"), (INTS[:, :, 0], INTS[:3, :, 1, :3]), raises=RuntimeError),
         Case(_call("conv_transpose1d", stride=3, padding=1, output_padding=2),
              (X3, randn(4, 2, 3, seed=1), randn(2))),
         Case(_call("conv_transpose1d", groups=2, dilation=2), (X3, randn(4, 1, 3, seed=1)),
@@ -83,6 +87,7 @@ ROWS = {
         Case(_call("conv_transpose2d"), (X4, randn(3, 3, 3, 2, seed=1)), raises=RuntimeError),
     ],
     "max_pool1d": [
+        Case(_call("max_pool1d", kernel_size=2), (INTS[:, :, 0],), raises=RuntimeError),
         Case(_call("max_pool1d", kernel_size=3, stride=2, padding=1), (X3,)),
         Case(_call("max_pool1d", kernel_size=2, ceil_mode=True, return_indices=True), (X3,),
              layout="transposed"),
@@ -101,6 +106,9 @@ ROWS = {
         Case(_call("max_pool2d", kernel_size=7), (X4,), raises=RuntimeError),
     ],
     "avg_pool1d": [
+        Case(_call("avg_pool1d", kernel_size=2), (INTS[:, :, 0],)),
+        Case(_call("avg_pool1d", kernel_size=2), (INTS[:, :, 0].astype(np.int32),),
+             raises=RuntimeError),
         Case(_call("avg_pool1d", kernel_size=3, stride=2, padding=1, ceil_mode=True,
                    count_include_pad=False), (X3,)),
         Case(_call("avg_pool1d", kernel_size=2), (X3,), layout="sliced"),

@@ -54,6 +54,11 @@ ROWS = {
              raises=RuntimeError),
         Case(lambda lib, x: _f(lib).rms_norm(x, (5,)), (np.ones((2, 5), np.int64),),
              raises=NotImplementedError),
+        # a weight of another dtype: the output keeps the input's, each gradient its own
+        Case(lambda lib, x, w: _f(lib).rms_norm(x, (5,), w), (X3, randn(5, dtype=F32)),
+             all_grads=True),
+        Case(lambda lib, x, w: _f(lib).rms_norm(x, (5,), w), (X3.astype(F32), randn(5)),
+             all_grads=True),
     ],
     "group_norm": [
         Case(lambda lib, x, w, b: _f(lib).group_norm(x, 2, w, b), (X3, W4, B4)),

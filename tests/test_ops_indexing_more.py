@@ -42,6 +42,8 @@ def _scatter_rows():
     ]
 
 
+BOOLS = np.array([[True, False, True], [False, False, True]])
+
 ROWS = {
     "scatter": _scatter_rows(),
     "scatter_add": [
@@ -78,11 +80,18 @@ ROWS = {
                                                          arr([5, 6], I64))),
         Case(lambda lib, x, i, s: x.index_add(0, i, s), (X, arr([5], I64), randn(1, 4)),
              raises=RuntimeError),
+        # no promotion: the source must have the input's dtype
+        Case(lambda lib, x, i, s: x.index_add(0, i, s),
+             (X, arr([0], I64), randn(1, 4, dtype=np.float32)), raises=RuntimeError),
+        Case(lambda lib, x, i, s: x.index_add(0, i, s),
+             (X, arr([0], I64), arr([[1, 2, 3, 4]], I64)), raises=RuntimeError),
     ],
     "index_copy": [
         Case(lambda lib, x, i, s: x.index_copy(1, i, s), (X, arr([3, 0], I64), randn(3, 2)),
              "sliced"),
         Case(lambda lib, x, i, s: lib.index_copy(x, 0, i, s), (X, arr([1], I64), randn(1, 4))),
+        Case(lambda lib, x, i, s: x.index_copy(0, i, s),
+             (X, arr([1], I64), randn(1, 4, dtype=np.float32)), raises=RuntimeError),
     ],
     "index_fill": [
         Case(lambda lib, x, i: x.index_fill(1, i, -1.0), (X, arr([1, 3], I64)), "transposed"),
@@ -195,6 +204,8 @@ ROWS = {
              raises=RuntimeError),
     ],
     "einsum": [
+        Case(lambda lib, a: lib.einsum("ij,kj->ik", a, a), (np.arange(6).reshape(2, 3),)),
+        Case(lambda lib, a: lib.einsum("ij,kj->ik", a, a), (BOOLS,), raises=RuntimeError),
         Case(lambda lib, a, b: lib.einsum("bhqd,bhkd->bhqk", a, b),
              (randn(2, 3, 4, 5), randn(2, 3, 6, 5, seed=1))),
         Case(lambda lib, a, b: lib.einsum("ij,jk", a, b), (X, randn(4, 2, seed=1)), "transposed"),

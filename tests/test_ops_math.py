@@ -3,13 +3,13 @@ shapes, gradients and errors, one row each.
 
 ROWS is the table a conformance check reads; every case runs on 0-d, empty, broadcast or
 non-contiguous inputs (a transposed or sliced view, or an expanded leaf) in each dtype the
-op accepts. Inputs are built by tests/torch_cases.py with the same values on both sides.
+op accepts. Inputs are built by tests/torch_rows.py with the same values on both sides.
 """
 
 from __future__ import annotations
 
 import pytest
-from torch_cases import Case, T, cases, run_case
+from torch_rows import Call, T, cases, run_case
 
 import tinygrad_attn as ta
 
@@ -18,29 +18,29 @@ F32, F64, F16, I64, I32, B = "float32", "float64", "float16", "int64", "int32", 
 
 def _unary(domain="real", dtypes=(F32, F64, F16, I64, B), rtol=None):
     """A unary op's rows: each dtype, 0-d, empty, transposed, sliced and expanded inputs."""
-    rows = [Case((T((3, 4), d, domain=domain),), rtol=rtol) for d in dtypes]
-    rows += [Case((T((), F64, domain=domain),)), Case((T((0, 3), F32, domain=domain),)),
-             Case((T((3, 4), F64, "t", domain),)), Case((T((2, 6), F32, "s", domain),)),
-             Case((T((3, 4), F64, "e", domain),)), Case((T((2, 3), F64, domain=domain),),
+    rows = [Call((T((3, 4), d, domain=domain),), rtol=rtol) for d in dtypes]
+    rows += [Call((T((), F64, domain=domain),)), Call((T((0, 3), F32, domain=domain),)),
+             Call((T((3, 4), F64, "t", domain),)), Call((T((2, 6), F32, "s", domain),)),
+             Call((T((3, 4), F64, "e", domain),)), Call((T((2, 3), F64, domain=domain),),
                                                          where="method")]
     return rows
 
 
 def _binary(da="real", db="real", dtypes=(F32, F64), scalar=True, where="torch"):
-    rows = [Case((T((3, 4), d, domain=da), T((3, 4), d, domain=db))) for d in dtypes]
+    rows = [Call((T((3, 4), d, domain=da), T((3, 4), d, domain=db))) for d in dtypes]
     if scalar:  # torch takes a Python number here
-        rows.append(Case((T((2, 3), F32, domain=da), 1.5)))
-        rows.append(Case((T((2, 3), I64, domain=da), 2)))
+        rows.append(Call((T((2, 3), F32, domain=da), 1.5)))
+        rows.append(Call((T((2, 3), I64, domain=da), 2)))
     rows += [
-        Case((T((3, 4), F64, "t", da), T((4,), F64, domain=db))),  # broadcast, transposed
-        Case((T((2, 6), F32, "s", da), T((2, 1), F32, domain=db))),
-        Case((T((), F64, domain=da), T((2, 3), F64, domain=db))),  # 0-d with a matrix
-        Case((T((0, 3), F32, domain=da), T((3,), F32, domain=db))),  # empty
-        Case((T((2, 3), F32, domain=da), T((2, 3), F64, domain=db))),  # promotion
-        Case((T((2, 3), F64, domain=da), T((2, 3), F64, domain=db)), where="method"),
-        Case((T((2, 3), F32), T((3, 2), F32)), raises=ta.ShapeError, torch_raises=RuntimeError),
+        Call((T((3, 4), F64, "t", da), T((4,), F64, domain=db))),  # broadcast, transposed
+        Call((T((2, 6), F32, "s", da), T((2, 1), F32, domain=db))),
+        Call((T((), F64, domain=da), T((2, 3), F64, domain=db))),  # 0-d with a matrix
+        Call((T((0, 3), F32, domain=da), T((3,), F32, domain=db))),  # empty
+        Call((T((2, 3), F32, domain=da), T((2, 3), F64, domain=db))),  # promotion
+        Call((T((2, 3), F64, domain=da), T((2, 3), F64, domain=db)), where="method"),
+        Call((T((2, 3), F32), T((3, 2), F32)), raises=ta.ShapeError, torch_raises=RuntimeError),
     ]
-    return [Case(c.args, c.kwargs, where, c.raises, c.torch_raises) for c in rows]
+    return [Call(c.args, c.kwargs, where, c.raises, c.torch_raises) for c in rows]
 
 
 ROWS = {
@@ -49,25 +49,25 @@ ROWS = {
     "sinh": _unary(), "cosh": _unary(), "asinh": _unary(),
     "acosh": _unary("above1", (F32, F64, F16)), "atanh": _unary("unit", (F32, F64, F16, B)),
     "erf": _unary(rtol=None, dtypes=(F32, F64, I64, B)),
-    "erfc": _unary(dtypes=(F32, F64, I64)) + [Case((T((3, 4), F32, domain="positive"),))],
-    "erfinv": _unary("unit", (F32, F64, B)) + [Case((T((8,), F64, domain="special"),))],
+    "erfc": _unary(dtypes=(F32, F64, I64)) + [Call((T((3, 4), F32, domain="positive"),))],
+    "erfinv": _unary("unit", (F32, F64, B)) + [Call((T((8,), F64, domain="special"),))],
     "log2": _unary("positive"), "log10": _unary("positive"), "log1p": _unary("positive"),
     "exp2": _unary(), "expm1": _unary(), "reciprocal": _unary("nonzero", (F32, F64, F16, I32)),
     "square": _unary(dtypes=(F32, F64, F16, I64)),
-    "frac": _unary(dtypes=(F32, F64, F16)) + [Case((T((3,), I64),), raises=RuntimeError)],
+    "frac": _unary(dtypes=(F32, F64, F16)) + [Call((T((3,), I64),), raises=RuntimeError)],
     "floor": _unary(dtypes=(F32, F64, F16, I64)), "ceil": _unary(dtypes=(F32, F64, I64)),
     "trunc": _unary(dtypes=(F32, F64, I32)),
     "round": _unary(dtypes=(F32, F64, F16, I64)) + [
-        Case((T((3, 4), F64),), {"decimals": 2}), Case((T((3, 4), F32),), {"decimals": 1}),
-        Case((T((3, 4), F64),), {"decimals": -1})],
-    "sign": _unary(dtypes=(F32, F64, I64, B)) + [Case((T((8,), F32, domain="special"),))],
+        Call((T((3, 4), F64),), {"decimals": 2}), Call((T((3, 4), F32),), {"decimals": 1}),
+        Call((T((3, 4), F64),), {"decimals": -1})],
+    "sign": _unary(dtypes=(F32, F64, I64, B)) + [Call((T((8,), F32, domain="special"),))],
     "sgn": _unary(dtypes=(F32, F64, I64)),
-    "nan_to_num": [Case((T((8,), d, domain="special"),)) for d in (F32, F64, F16)] + [
-        Case((T((4, 4), F64, "t", "special"),), {"nan": 1.0, "posinf": 9.0, "neginf": -9.0}),
-        Case((T((3,), I64),)), Case((T((), F64),)), Case((T((0,), F32),))],
-    "isnan": [Case((T((8,), d, domain="special"),)) for d in (F32, F64, F16, I64, B)],
-    "isinf": [Case((T((4, 4), F64, "t", "special"),)), Case((T((3,), I64),))],
-    "isfinite": [Case((T((4, 4), F32, "s", "special"),)), Case((T((), B),))],
+    "nan_to_num": [Call((T((8,), d, domain="special"),)) for d in (F32, F64, F16)] + [
+        Call((T((4, 4), F64, "t", "special"),), {"nan": 1.0, "posinf": 9.0, "neginf": -9.0}),
+        Call((T((3,), I64),)), Call((T((), F64),)), Call((T((0,), F32),))],
+    "isnan": [Call((T((8,), d, domain="special"),)) for d in (F32, F64, F16, I64, B)],
+    "isinf": [Call((T((4, 4), F64, "t", "special"),)), Call((T((3,), I64),))],
+    "isfinite": [Call((T((4, 4), F32, "s", "special"),)), Call((T((), B),))],
     "atan2": _binary(dtypes=(F32, F64, I64), scalar=False),
     "hypot": _binary(dtypes=(F32, F64), scalar=False),
     "copysign": _binary("nonzero", "nonzero", dtypes=(F32, F64, I64)),
@@ -75,47 +75,47 @@ ROWS = {
     "remainder": _binary("real", "nonzero", dtypes=(F32, F64, I64), where="method"),
     "logaddexp": _binary(scalar=False),
     "lerp": [
-        Case((T((3, 4), F32), T((3, 4), F32), 0.3)),
-        Case((T((3, 4), F64, "t"), T((4,), F64), T((3, 1), F64, domain="unit"))),
-        Case((T((2, 6), F32, "s"), T((2, 6), F32), T((), F32))),
-        Case((T((0, 2), F64), T((2,), F64), 0.5)),
-        Case((T((2, 3), F32), T((2, 3), F64), 0.5), raises=RuntimeError),
+        Call((T((3, 4), F32), T((3, 4), F32), 0.3)),
+        Call((T((3, 4), F64, "t"), T((4,), F64), T((3, 1), F64, domain="unit"))),
+        Call((T((2, 6), F32, "s"), T((2, 6), F32), T((), F32))),
+        Call((T((0, 2), F64), T((2,), F64), 0.5)),
+        Call((T((2, 3), F32), T((2, 3), F64), 0.5), raises=RuntimeError),
     ],
     "clamp": [
-        Case((T((3, 4), F32), T((3, 4), F32), T((3, 4), F32))),
-        Case((T((3, 4), F64, "t"), T((4,), F64), None)),
-        Case((T((3, 4), F64), None, T((3, 1), F64))),
-        Case((T((2, 6), F32, "s"), T((2, 1), F32), T((), F32))),
-        Case((T((3,), I64), T((3,), F32), None)),
-        Case((T((0, 3), F32), T((3,), F32), T((3,), F32))),
+        Call((T((3, 4), F32), T((3, 4), F32), T((3, 4), F32))),
+        Call((T((3, 4), F64, "t"), T((4,), F64), None)),
+        Call((T((3, 4), F64), None, T((3, 1), F64))),
+        Call((T((2, 6), F32, "s"), T((2, 1), F32), T((), F32))),
+        Call((T((3,), I64), T((3,), F32), None)),
+        Call((T((0, 3), F32), T((3,), F32), T((3,), F32))),
     ],
     "isclose": [
-        Case((T((3, 4), F32), T((3, 4), F32))), Case((T((8,), F64, domain="special"),
+        Call((T((3, 4), F32), T((3, 4), F32))), Call((T((8,), F64, domain="special"),
                                                        T((8,), F64, domain="special"))),
-        Case((T((8,), F64, domain="special"), T((8,), F64, domain="special")),
+        Call((T((8,), F64, domain="special"), T((8,), F64, domain="special")),
              {"equal_nan": True}),
-        Case((T((3, 4), F64, "t"), T((4,), F64)), {"rtol": 0.5, "atol": 1.0}),
-        Case((T((3,), I64), T((3,), I64))),
-        Case((T((3,), F32), T((3,), F64)), raises=RuntimeError),
+        Call((T((3, 4), F64, "t"), T((4,), F64)), {"rtol": 0.5, "atol": 1.0}),
+        Call((T((3,), I64), T((3,), I64))),
+        Call((T((3,), F32), T((3,), F64)), raises=RuntimeError),
     ],
-    "allclose": [Case((T((3, 4), F32), T((3, 4), F32)), {"atol": 10.0}),
-                 Case((T((3, 4), F32), T((3, 4), F32))), Case((T((0,), F64), T((0,), F64)))],
+    "allclose": [Call((T((3, 4), F32), T((3, 4), F32)), {"atol": 10.0}),
+                 Call((T((3, 4), F32), T((3, 4), F32))), Call((T((0,), F64), T((0,), F64)))],
 }
 for _name in ("logical_and", "logical_or", "logical_xor"):
-    ROWS[_name] = [Case((T((3, 4), d), T((3, 4), d))) for d in (B, I64, F32)] + [
-        Case((T((3, 4), B, "t"), T((4,), B))), Case((T((), I64), T((0, 2), I64)))]
-ROWS["logical_not"] = [Case((T((3, 4), d),)) for d in (B, I64, F32)] + [
-    Case((T((3, 4), B, "t"),))]
+    ROWS[_name] = [Call((T((3, 4), d), T((3, 4), d))) for d in (B, I64, F32)] + [
+        Call((T((3, 4), B, "t"), T((4,), B))), Call((T((), I64), T((0, 2), I64)))]
+ROWS["logical_not"] = [Call((T((3, 4), d),)) for d in (B, I64, F32)] + [
+    Call((T((3, 4), B, "t"),))]
 for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
-    ROWS[_name] = [Case((T((3, 4), d), T((3, 4), d))) for d in (B, I64, I32, "uint8")] + [
-        Case((T((3, 4), I64, "t"), T((4,), I32))), Case((T((2, 3), I32), 6)),
-        Case((T((), I64), T((0, 2), I64))), Case((T((2, 3), B), True)),
-        Case((T((3,), F32), T((3,), F32)), raises=RuntimeError)]
+    ROWS[_name] = [Call((T((3, 4), d), T((3, 4), d))) for d in (B, I64, I32, "uint8")] + [
+        Call((T((3, 4), I64, "t"), T((4,), I32))), Call((T((2, 3), I32), 6)),
+        Call((T((), I64), T((0, 2), I64))), Call((T((2, 3), B), True)),
+        Call((T((3,), F32), T((3,), F32)), raises=RuntimeError)]
 for _name in ("bitwise_left_shift", "bitwise_right_shift"):
     ROWS[_name] = [
-        Case((T((3, 4), I64), T((3, 4), I64, domain="positive"))),
-        Case((T((3, 4), I32, "t"), 2)), Case((T((2, 3), "uint8", domain="positive"), 1)),
-        Case((T((3,), F32), 1), raises=RuntimeError)]
+        Call((T((3, 4), I64), T((3, 4), I64, domain="positive"))),
+        Call((T((3, 4), I32, "t"), 2)), Call((T((2, 3), "uint8", domain="positive"), 1)),
+        Call((T((3,), F32), 1), raises=RuntimeError)]
 
 
 @pytest.mark.parametrize("name, case", cases(ROWS))

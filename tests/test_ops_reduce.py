@@ -32,6 +32,8 @@ def _rows_for_scan(name):
     ]
 
 
+BOOLS = np.array([[True, False, True], [False, False, True]])
+
 ROWS = {
     "cumsum": _rows_for_scan("cumsum") + [
         Case(lambda lib, x: x.cumsum(0), (arr([1, 2, 3], I64),)),
@@ -102,6 +104,14 @@ ROWS = {
         Case(lambda lib, x: lib.std_mean(x, (0, 1), correction=0), (X,), "transposed"),
     ],
     "vector_norm": [
+        # dtype= widens a floating input only
+        Case(lambda lib, x: lib.linalg.vector_norm(x, dtype=lib.float64),
+             (np.array([1.0, -2.0], np.float32),), all_grads=True),
+        Case(lambda lib, x: lib.linalg.vector_norm(x, dtype=lib.float32), (X,),
+             raises=RuntimeError),
+        Case(lambda lib, x: lib.linalg.vector_norm(x, dtype=lib.float64),
+             (np.array([1, -2], np.int64),), raises=RuntimeError),
+    ] + [
         Case(lambda lib, x, o=o: lib.linalg.vector_norm(x, o), (arr([1.0, -3.0, 3.0, 0.0]),))
         for o in (1, 2, 3, 0.5, INF, -INF, 0)
     ] + [
@@ -143,6 +153,7 @@ ROWS = {
         Case(lambda lib, x: x.topk(1), (arr(2.0),)), Case(lambda lib, x: x.topk(0), (X,)),
         Case(lambda lib, x: x.topk(2), (arr([5, 1, 7], I64),)),
         Case(lambda lib, x: x.topk(5), (X,), raises=RuntimeError),
+        Case(lambda lib, x: x.topk(1), (BOOLS,), raises=RuntimeError),  # no bool kernel
     ],
     "kthvalue": [
         Case(lambda lib, x: x.kthvalue(2), (X,)),
@@ -150,8 +161,11 @@ ROWS = {
         Case(lambda lib, x: lib.kthvalue(x, 1, 1), (X,), "sliced"),
         Case(lambda lib, x: x.kthvalue(1), (arr(2.0),)),
         Case(lambda lib, x: x.kthvalue(5), (X,), raises=RuntimeError),
+        Case(lambda lib, x: x.kthvalue(1), (BOOLS,), raises=RuntimeError),
     ],
     "median": [
+        Case(lambda lib, x: x.median(), (BOOLS,), raises=RuntimeError),
+        Case(lambda lib, x: x.median(1), (BOOLS,), raises=RuntimeError),
         Case(lambda lib, x: x.median(), (X,)),
         Case(lambda lib, x: x.median(), (arr([3.0, 3.0, 1.0]),)),
         Case(lambda lib, x: x.median(1), (X,), "transposed"),

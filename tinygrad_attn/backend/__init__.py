@@ -5,7 +5,8 @@ it asks for the array namespace of a device (`xp_for`) and for the few operation
 spelling differs between the two libraries (strided views, scatter-add, erf, RNG, DLPack).
 
     dtypes       DType, the dtype table, to_dtype, dtype_of, torch's promotion (promote,
-                 promote_types, result_type, floating), the default dtype
+                 promote_types, result_type, floating, accumulating), the default dtype,
+                 errstate
     devices      canonical_device, xp_for, on_device, synchronize, CUDA availability, and
                  the array-module install hook the fake-CuPy tests use
     layout       flat buffers, strided views, copies, host/device transfer, asarray, DLPack
@@ -35,9 +36,11 @@ from .dtypes import (  # noqa: F401 - _dtype_by_name: pickled DTypes made before
     DTYPES,
     DType,
     _dtype_by_name,
+    accumulating,
     bool_,
     category,
     dtype_of,
+    errstate,
     float16,
     float32,
     float64,

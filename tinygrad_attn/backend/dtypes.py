@@ -171,6 +171,21 @@ def floating(dtype: DType) -> DType:
     return dtype if dtype.is_floating_point else _default[0]
 
 
+def accumulating(dtype: DType) -> DType:
+    """The result dtype of a sum-like op (sum, prod, cumsum, cumprod) without a dtype=:
+    a floating dtype stays, bool and every integer accumulate in int64 (as torch; NumPy
+    would keep uint8 as uint64 and int32 as int32 on some platforms)."""
+    return dtype if dtype.is_floating_point else int64
+
+
+def errstate(**kwargs):
+    """A context in which NumPy's floating-point warnings are set as `kwargs` say
+    (np.errstate): torch computes log(0) = -inf and 0/0 = nan without a word, so the ops
+    run their kernels under errstate(all="ignore"). CuPy never warns; the context only
+    touches NumPy's state."""
+    return np.errstate(**kwargs)
+
+
 def result_type(*dtypes: DType) -> DType:
     """torch's promotion of dtypes of equal standing (a fold of `promote_types`)."""
     out = dtypes[0]

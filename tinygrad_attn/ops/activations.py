@@ -31,6 +31,13 @@ def _input(name: str, x):
     return x._array()
 
 
+def _not_bool(name: str, x) -> None:
+    if type(x) is not Tensor:
+        raise TypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
+    if x.dtype is backend.bool_:
+        raise RuntimeError(f"{name}: bool inputs are not supported (shape {tuple(x.shape)})")
+
+
 class LeakyRelu(Function):
     """y = x if x > 0 else slope x;  gx = g if x > 0 else slope g.
 
@@ -130,7 +137,8 @@ class Softsign(Function):
 
     @staticmethod
     def forward(ctx, x):
-        X = _input("softsign", x)
+        _not_bool("softsign", x)  # integers promote, as torch's x / (1 + |x|)
+        X = x._array().astype(backend.floating(x.dtype).np, copy=False)
         ctx.save_for_backward(x)
         return from_array(X / (1 + _xp(x).abs(X)))
 
@@ -207,8 +215,7 @@ class Hardtanh(Function):
 
     @staticmethod
     def forward(ctx, x, min_val=-1.0, max_val=1.0):
-        if type(x) is not Tensor:
-            raise TypeError(f"hardtanh: expected a Tensor, got {type(x).__name__}")
+        _not_bool("hardtanh", x)
         X = x._array()  # integers too, as torch's clamp
         if min_val > max_val:
             raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val "
@@ -328,6 +335,7 @@ def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
 @op(Hardtanh, functional=True)
 def relu6(x, inplace=False):
     """hardtanh(x, 0, 6), as torch defines it: the same node, nothing more saved."""
+    _not_bool("relu6", x)
     return Hardtanh.apply(x, min_val=0.0, max_val=6.0)
 
 

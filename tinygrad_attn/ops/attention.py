@@ -184,6 +184,14 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
             f"v {tuple(v.shape)} do not fit (need q (..., Tq, D), k (..., Tk, D), "
             "v (..., Tk, Dv) with equal leading dims)"
         )
+    if not (q.dtype is k.dtype is v.dtype):  # torch does not promote here
+        raise RuntimeError(f"scaled_dot_product_attention: expected q, k and v of one dtype, "
+                           f"got {q.dtype.name}, {k.dtype.name} and {v.dtype.name}")
+    if attn_mask is not None and attn_mask.dtype not in (backend.bool_, backend.float32,
+                                                         q.dtype):
+        raise RuntimeError(f"scaled_dot_product_attention: expected a bool or float32 "
+                           f"attn_mask or one of q's dtype {q.dtype.name}, got "
+                           f"{attn_mask.dtype.name}")
     if block_size is not None and (not isinstance(block_size, int) or block_size <= 0):
         raise ValueError(
             f"scaled_dot_product_attention: block_size must be a positive int, got {block_size!r}"

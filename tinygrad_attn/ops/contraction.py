@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import backend
 from ..errors import ShapeError
 from ._util import Tensor
 from .movement import Expand, Permute, ReshapeCopy, View, expand, permute, reshape
@@ -122,6 +123,10 @@ def einsum(equation: str, *operands) -> Tensor:
         operands = tuple(operands[0])
     if not operands:
         raise ValueError("einsum: expected at least one operand")
+    for t in operands:
+        if getattr(t, "dtype", None) is backend.bool_:  # torch's bmm has no bool kernel
+            raise RuntimeError(f"einsum: not implemented for bool (operand of shape "
+                               f"{tuple(t.shape)})")
     subs, out = _parse(equation, operands)
     sizes = _sizes(operands, subs)
     t, sub = operands[0], subs[0]

@@ -36,6 +36,10 @@ def _conv_checks(op_name, n, x, weight, bias, groups, transposed):
         if t is not None and t.dtype != x.dtype:
             raise RuntimeError(f"{op_name}: input ({x.dtype.name}) and weight/bias "
                                f"({t.dtype.name}) must have the same dtype")
+    # torch's kernels: integer convolutions but no bool, and no integer transposed ones
+    if x.dtype is backend.bool_ or (transposed and not x.dtype.is_floating_point):
+        raise RuntimeError(f"{op_name}: not implemented for {x.dtype.name} (input of shape "
+                           f"{tuple(x.shape)})")
     if groups <= 0:
         raise ShapeError(f"{op_name}: groups must be positive, got {groups}")
     c_in = x.shape[-n - 1]

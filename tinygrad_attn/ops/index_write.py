@@ -262,6 +262,10 @@ class IndexWrite(Function):
                                  f"{tuple(source.shape)}")
             out[rows] = source._array() if type(source) is Tensor else source
         else:
+            if type(source) is not Tensor or source.dtype is not x.dtype:  # torch: no promotion
+                got = source.dtype.name if type(source) is Tensor else type(source).__name__
+                raise RuntimeError(f"{op_name}: expected self and source to have the same "
+                                   f"dtype, got {x.dtype.name} and {got}")
             S = as_1d(source._array())
             want = X.shape[:d] + (I.size,) + X.shape[d + 1:]
             if S.shape != want:

@@ -47,13 +47,16 @@ def _upstream(ctx, g):
     return G / ctx.count if ctx.reduction == "mean" else G
 
 
-def _pair(name: str, x, t, broadcast: bool = True):
-    """Arrays of input and target after the checks torch makes, and their xp."""
+def _pair(name: str, x, t, broadcast: bool = True, compute=None):
+    """Arrays of input and target after the checks torch makes, cast to `compute` (the
+    dtype the loss is computed in: backend.promote(x, t) unless given), and their xp."""
     device = check_same_device(name, x, t)
     for label, v in (("input", x), ("target", t)):
         if type(v) is not Tensor:
             raise TypeError(f"{name}: {label} must be a Tensor, got {type(v).__name__}")
-    _require_float(name, x, t)
+    compute = backend.promote(x, t) if compute is None else compute
+    if not compute.is_floating_point:
+        _require_float(name, x, t)
     if x.shape != t.shape:
         if not broadcast:
             raise ValueError(f"{name}: target of shape {tuple(t.shape)} must have the input's "
@@ -62,36 +65,63 @@ def _pair(name: str, x, t, broadcast: bool = True):
         warnings.warn(f"{name}: target of shape {tuple(t.shape)} differs from the input's "
                       f"shape {tuple(x.shape)}; both are broadcast to {shape}, which is "
                       "likely not what you meant", UserWarning, stacklevel=4)
-    return x._array(), t._array(), backend.xp_for(device)
+    X = x._array().astype(compute.np, copy=False)
+    return X, t._array().astype(compute.np, copy=False), backend.xp_for(device)
+
+
+def _no_bool(name: str, *tensors) -> None:
+    for v in tensors:
+        if v.dtype is backend.bool_:
+            raise RuntimeError(f"{name}: subtraction with a bool tensor (shape "
+                               f"{tuple(v.shape)}) is not supported")
+
+
+def _grads(x, t, gx, gt):
+    """The two input gradients in their inputs' dtypes (the loss ran in the promoted one)."""
+    return (None if gx is None else unbroadcast(from_array(gx.astype(x.dtype.np, copy=False)),
+                                                x.shape),
+            None if gt is None else unbroadcast(from_array(gt.astype(t.dtype.np, copy=False)),
+                                                t.shape))
 
 
 class _Pointwise(Function):
-    """Shared by the pointwise regression losses: loss(x - t) and its derivative d.
+    """Shared by the pointwise regression losses: loss(x - t) and its derivative d,
+    computed in the promotion of the two dtypes (an integer or bool operand beside a float one
+    promotes, as torch's); the result has that dtype, or `out_dtype`'s.
 
     gx = g d(x - t), gt = -g d(x - t). Saves x and t.
     """
 
     name = "mse_loss"
 
+    @staticmethod
+    def out_dtype(x, t, compute):
+        return compute
+
     @classmethod
     def forward(cls, ctx, x, t, reduction="mean", param=1.0):
         _check_reduction(cls.name, reduction)
-        X, T, xp = _pair(cls.name, x, t)
+        # torch broadcasts the two first, so a 0-d target counts as a dimensioned one
+        X, T, xp = _pair(cls.name, x, t, compute=backend.promote(x.dtype, t.dtype))
         cls.check(param)
+        if cls.name == "l1_loss":
+            _no_bool(cls.name, x, t)
+        out = cls.out_dtype(x, t, backend.dtype_of(X))
         ctx.reduction, ctx.param = reduction, param
         ctx.save_for_backward(x, t)
         L = cls.loss(xp, X - T, param)
         ctx.count = L.size
-        return from_array(_reduce(xp, L, reduction))
+        return from_array(_reduce(xp, L, reduction).astype(out.np, copy=False))
 
     @classmethod
     def backward(cls, ctx, g):
         x, t = ctx.saved_tensors
         xp = backend.xp_for(g.device)
-        d = cls.derivative(xp, x._array() - t._array(), ctx.param) * _upstream(ctx, g)
+        compute = backend.promote(x.dtype, t.dtype).np
+        X, T = x._array().astype(compute, copy=False), t._array().astype(compute, copy=False)
+        d = cls.derivative(xp, X - T, ctx.param) * _upstream(ctx, g).astype(compute, copy=False)
         nx, nt = ctx.needs_input_grad
-        return (unbroadcast(from_array(d), x.shape) if nx else None,
-                unbroadcast(from_array(-d), t.shape) if nt else None)
+        return _grads(x, t, d if nx else None, -d if nt else None)
 
     @staticmethod
     def check(param):
@@ -158,6 +188,13 @@ class HuberLoss(_Pointwise):
     name = "huber_loss"
 
     @staticmethod
+    def out_dtype(x, t, compute):
+        """The input's dtype, as torch's (which writes the promoted loss into a tensor
+        like the input, and so rejects an integer input)."""
+        _require_float("huber_loss", x)
+        return x.dtype
+
+    @staticmethod
     def check(delta):
         if delta <= 0:
             raise RuntimeError(f"huber_loss: delta must be positive, got {delta}")
@@ -181,6 +218,7 @@ class KlDiv(Function):
     @staticmethod
     def forward(ctx, x, t, reduction="mean", log_target=False):
         _check_reduction("kl_div", reduction, ("batchmean",))
+        _require_float("kl_div", x, t)
         X, T, xp = _pair("kl_div", x, t)
         ctx.log_target = log_target
         ctx.save_for_backward(x, t)
@@ -188,7 +226,6 @@ class KlDiv(Function):
             L = xp.exp(T) * (T - X)
         else:
             L = xp.where(T > 0, T * xp.log(xp.where(T > 0, T, 1)), 0) - T * X
-        L = L.astype(X.dtype, copy=False)
         if reduction == "batchmean":
             ctx.reduction = "mean"
             ctx.count = x.shape[0] if x.ndim else 1
@@ -200,7 +237,8 @@ class KlDiv(Function):
     def backward(ctx, g):
         x, t = ctx.saved_tensors
         xp = backend.xp_for(g.device)
-        X, T = x._array(), t._array()
+        compute = backend.promote(x, t).np
+        X, T = x._array().astype(compute, copy=False), t._array().astype(compute, copy=False)
         G = _upstream(ctx, g)
         nx, nt = ctx.needs_input_grad
         gx = gt = None
@@ -212,9 +250,7 @@ class KlDiv(Function):
             gx = -T * G if nx else None
             gt = (xp.log(T) + 1 - X) * G if nt else None
         full = shp.broadcast_shapes(x.shape, t.shape)
-        return (None if gx is None else unbroadcast(from_array(xp.broadcast_to(gx, full)
-                                                                .copy()), x.shape),
-                None if gt is None else unbroadcast(from_array(gt), t.shape))
+        return _grads(x, t, None if gx is None else xp.broadcast_to(gx, full).copy(), gt)
 
 
 class BinaryCrossEntropy(Function):
@@ -225,6 +261,11 @@ class BinaryCrossEntropy(Function):
     @staticmethod
     def forward(ctx, x, t, weight=None, reduction="mean"):
         _check_reduction("binary_cross_entropy", reduction)
+        _require_float("binary_cross_entropy", x, t)
+        if x.dtype is not t.dtype:  # torch does not promote here
+            raise RuntimeError(f"binary_cross_entropy: found dtype {t.dtype.name} for the "
+                               f"target of shape {tuple(t.shape)} but expected the input's "
+                               f"{x.dtype.name}")
         X, T, xp = _pair("binary_cross_entropy", x, t, broadcast=False)
         if X.size and bool(((X < 0) | (X > 1)).any()):
             raise RuntimeError("binary_cross_entropy: all elements of input should be between "
@@ -234,7 +275,7 @@ class BinaryCrossEntropy(Function):
         log_1mx = xp.maximum(xp.log1p(-X), -100)
         L = -(T * log_x + (1 - T) * log_1mx)
         if W is not None:
-            L = L * W
+            L = L * W.astype(X.dtype, copy=False)
         ctx.reduction, ctx.count = reduction, L.size
         ctx.save_for_backward(x, t, weight)
         return from_array(_reduce(xp, L.astype(X.dtype, copy=False), reduction))
@@ -266,9 +307,15 @@ class BinaryCrossEntropyWithLogits(Function):
         name = "binary_cross_entropy_with_logits"
         _check_reduction(name, reduction)
         check_same_device(name, x, t, weight, pos_weight)
+        # torch computes (1 - t) x + ... into a tensor like the target: the loss has the
+        # target's dtype (an integer or bool target raises), computed in the promoted one
+        _require_float(name, x, t)
         X, T, xp = _pair(name, x, t, broadcast=False)
+        compute = X.dtype
         W = _weight(name, weight, x)
         P = _weight(name, pos_weight, x, label="pos_weight")
+        W = None if W is None else W.astype(compute, copy=False)
+        P = None if P is None else P.astype(compute, copy=False)
         soft = xp.maximum(-X, 0) + xp.log1p(xp.exp(-xp.abs(X)))  # softplus(-x), stably
         lw = 1 if P is None else 1 + (P - 1) * T
         L = (1 - T) * X + lw * soft
@@ -276,17 +323,18 @@ class BinaryCrossEntropyWithLogits(Function):
             L = L * W
         ctx.reduction, ctx.count = reduction, L.size
         ctx.save_for_backward(x, t, weight, pos_weight)
-        return from_array(_reduce(xp, L.astype(X.dtype, copy=False), reduction))
+        return from_array(_reduce(xp, L, reduction).astype(t.dtype.np, copy=False))
 
     @staticmethod
     def backward(ctx, g):
         x, t, weight, pos_weight = ctx.saved_tensors
         xp = backend.xp_for(g.device)
-        X, T = x._array(), t._array()
-        G = _upstream(ctx, g)
+        compute = backend.promote(x, t).np
+        X, T = x._array().astype(compute, copy=False), t._array().astype(compute, copy=False)
+        G = _upstream(ctx, g).astype(compute, copy=False)
         if weight is not None:
-            G = G * weight._array()
-        P = None if pos_weight is None else pos_weight._array()
+            G = G * weight._array().astype(compute, copy=False)
+        P = None if pos_weight is None else pos_weight._array().astype(compute, copy=False)
         nx, nt = ctx.needs_input_grad[:2]
         gx = gt = None
         if nx:
@@ -296,8 +344,7 @@ class BinaryCrossEntropyWithLogits(Function):
             gt = -X if P is None else (P - 1) * (xp.maximum(-X, 0) + xp.log1p(
                 xp.exp(-xp.abs(X)))) - X
             gt = G * gt
-        return (None if gx is None else from_array(gx.astype(X.dtype, copy=False)),
-                None if gt is None else from_array(gt.astype(X.dtype, copy=False)), None, None)
+        return _grads(x, t, gx, gt) + (None, None)
 
 
 def _weight(name, weight, x, label="weight"):
@@ -332,6 +379,9 @@ class NllLoss(Function):
                              f"input (C,) and a 0-d target; got {tuple(x.shape)} and "
                              f"{tuple(target.shape)}")
         C = x.shape[1] if x.ndim > 1 else x.shape[0]
+        if weight is not None and weight.dtype is not x.dtype:  # torch does not promote
+            raise RuntimeError(f"nll_loss: expected a weight of the input's dtype "
+                               f"{x.dtype.name}, got {weight.dtype.name}")
         if weight is not None and tuple(weight.shape) != (C,):
             raise ShapeError(f"nll_loss: weight of shape {tuple(weight.shape)} must be ({C},) "
                              f"for input of shape {tuple(x.shape)}")

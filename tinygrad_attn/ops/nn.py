@@ -40,6 +40,10 @@ class LayerNorm(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, normalized_shape, eps=1e-5):
         check_same_device("layer_norm", x, weight, bias)
+        for name, p in (("weight", weight), ("bias", bias)):
+            if p is not None and p.dtype is not x.dtype:  # torch does not promote
+                raise RuntimeError(f"layer_norm: expected a {name} of the input's dtype "
+                                   f"{x.dtype.name}, got {p.dtype.name}")
         n = len(normalized_shape)
         if tuple(x.shape[x.ndim - n:]) != tuple(normalized_shape):
             raise ShapeError(

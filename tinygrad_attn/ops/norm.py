@@ -10,6 +10,7 @@ one multiplication in backward.
 from __future__ import annotations
 
 from .. import backend
+from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
 from ._util import check_same_device, from_array
@@ -50,8 +51,7 @@ class RMSNorm(Function):
     @staticmethod
     def forward(ctx, x, weight, normalized_shape, eps):
         check_same_device("rms_norm", x, weight)
-        _float_input("rms_norm", x)
-        _same_dtype("rms_norm", x, weight)
+        _float_input("rms_norm", x)  # a weight of another dtype is cast: y has x's dtype
         n = len(normalized_shape)
         if n == 0 or tuple(x.shape[x.ndim - n:]) != tuple(normalized_shape) or n > x.ndim:
             raise ShapeError(f"rms_norm: input of shape {tuple(x.shape)} does not end with "
@@ -67,7 +67,7 @@ class RMSNorm(Function):
         rstd = 1.0 / xp.sqrt(rstd)
         y = X * rstd
         if weight is not None:
-            y *= weight._array()
+            y *= weight._array().astype(X.dtype, copy=False)
         ctx.save_for_backward(x, from_array(rstd), weight)
         return from_array(y)
 
@@ -79,9 +79,11 @@ class RMSNorm(Function):
         xhat = x._array() * rstd
         gx = gw = None
         if ctx.needs_input_grad[1]:
-            gw = from_array(xp.sum(G * xhat, axis=tuple(range(G.ndim - len(ctx.axes)))))
+            gw = from_array(xp.sum(G * xhat, axis=tuple(range(G.ndim - len(ctx.axes))))
+                            .astype(weight.dtype.np, copy=False))
         if ctx.needs_input_grad[0]:
-            gh = G * weight._array() if weight is not None else G.copy()
+            gh = G * weight._array().astype(G.dtype, copy=False) if weight is not None \
+                else G.copy()
             m = xp.mean(gh * xhat, axis=ctx.axes, keepdims=True)
             xhat *= m
             gh -= xhat
@@ -142,7 +144,9 @@ class GroupNorm(Function):
         _param_shape("group_norm", "bias", bias, (C,))
         xp = backend.xp_for(x.device)
         N = x.shape[0]
-        ctx.groups = (N, num_groups, x.numel() // max(N * num_groups, 1))
+        # the group size from the shape, not numel / N: an empty batch keeps it (and NumPy
+        # its silence: a mean over a size-0 axis warns)
+        ctx.groups = (N, num_groups, shp.numel(x.shape[1:]) // num_groups)
         grouped = x._array().reshape(ctx.groups)  # (N, G, C/G * positions)
         mean = xp.mean(grouped, axis=2, keepdims=True)
         xhat = grouped - mean

@@ -62,8 +62,10 @@ class MaxPool(Function):
     @staticmethod
     def forward(ctx, x, n, kernel, stride, padding, dilation, ceil_mode, return_indices):
         op_name = f"max_pool{n}d"
-        if x.dtype.name == "bool":
-            raise RuntimeError(f"{op_name}: not implemented for bool (shape {tuple(x.shape)})")
+        # torch's 1-d kernel is floating only; its 2-d one takes integers too
+        if x.dtype is backend.bool_ or (n == 1 and not x.dtype.is_floating_point):
+            raise RuntimeError(f"{op_name}: not implemented for {x.dtype.name} (shape "
+                               f"{tuple(x.shape)})")
         geo = _pool_geometry(op_name, x, n, kernel, stride, padding, dilation, ceil_mode)
         xp = backend.xp_for(x.device)
         X, ctx.unbatched = _batched(x._array(), n)
@@ -177,8 +179,9 @@ class AvgPool(Function):
     def forward(ctx, x, n, kernel, stride, padding, ceil_mode, count_include_pad,
                 divisor_override):
         op_name = f"avg_pool{n}d"
-        if x.dtype.name == "bool":
-            raise RuntimeError(f"{op_name}: not implemented for bool (shape {tuple(x.shape)})")
+        if not (x.dtype.is_floating_point or x.dtype is backend.int64):  # torch's kernels
+            raise RuntimeError(f"{op_name}: not implemented for {x.dtype.name} (shape "
+                               f"{tuple(x.shape)})")
         geo = _pool_geometry(op_name, x, n, kernel, stride, padding, (1,) * n, ceil_mode)
         if divisor_override is not None and divisor_override == 0:
             raise RuntimeError(f"{op_name}: divisor must be not zero")

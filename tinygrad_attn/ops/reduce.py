@@ -54,8 +54,7 @@ class Sum(Function):
         axes = _axes(x, dim, "sum")
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         xp = backend.xp_for(x.device)
-        # bool and integers sum to int64, as torch (NumPy would give uint64 for uint8)
-        dtype = None if x.dtype.is_floating_point else backend.int64.np
+        dtype = backend.accumulating(x.dtype).np
         return from_array(xp.sum(x._array(), axis=axes, keepdims=keepdim, dtype=dtype))
 
     @staticmethod

@@ -18,7 +18,7 @@ def _accumulate_dtype(x: Tensor, dtype):
     and bool, else the input's."""
     if dtype is not None:
         return backend.to_dtype(dtype)
-    return x.dtype if x.dtype.is_floating_point else backend.int64
+    return backend.accumulating(x.dtype)
 
 
 class Cumsum(Function):

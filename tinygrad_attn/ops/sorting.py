@@ -68,6 +68,12 @@ def _take(x: Tensor, idx, d: int, keepdim: bool = True):
     return values, indices
 
 
+def _no_bool(op_name: str, x) -> None:
+    """torch's topk, kthvalue and median have no bool kernel (sort and mode do)."""
+    if type(x) is Tensor and x.dtype is backend.bool_:
+        raise RuntimeError(f"{op_name}: not implemented for bool (shape {tuple(x.shape)})")
+
+
 @op(TakeAlong, method=True, ta=True)
 def sort(x, dim=-1, descending=False, stable=False):
     """(values, indices), sorted along dim; always stable (a valid choice for stable=False)."""
@@ -87,6 +93,7 @@ def argsort(x, dim=-1, descending=False, stable=False):
 @op(TakeAlong, method=True, ta=True)
 def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
     """The k largest (or smallest) along dim, in order (sorted=False returns them sorted)."""
+    _no_bool("topk", x)
     d = dim_of(x, dim, "topk")
     xp = backend.xp_for(x.device)
     X = as_1d(x._array())
@@ -106,6 +113,7 @@ def _nonempty(x: Tensor, X, d: int, op: str) -> None:
 @op(TakeAlong, method=True, ta=True)
 def kthvalue(x, k, dim=-1, keepdim=False):
     """(values, indices) of the k-th smallest element (1-based) along dim."""
+    _no_bool("kthvalue", x)
     d = dim_of(x, dim, "kthvalue")
     xp = backend.xp_for(x.device)
     X = as_1d(x._array())
@@ -150,6 +158,7 @@ def median(x, dim=None, keepdim=False):
 
     A slice holding NaN has median NaN (the index of its first NaN), as torch's.
     """
+    _no_bool("median", x)
     if dim is None:
         return MedianAll.apply(x)
     d = dim_of(x, dim, "median")

@@ -44,10 +44,7 @@ class Prod(Function):
     @staticmethod
     def forward(ctx, x, dim=None, keepdim=False, dtype=None):
         axes = _reduce_axes(x, dim, "prod")
-        if dtype is not None:
-            out_dtype = backend.to_dtype(dtype)
-        else:
-            out_dtype = x.dtype if x.dtype.is_floating_point else backend.int64
+        out_dtype = backend.accumulating(x.dtype) if dtype is None else backend.to_dtype(dtype)
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         ctx.save_for_backward(x)
         xp = backend.xp_for(x.device)
@@ -230,7 +227,13 @@ def std_mean(x, dim=None, *, correction=1, keepdim=False):
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     """ta.linalg.vector_norm: the ord-norm of x over dim (all dims by default)."""
     if dtype is not None:
-        x = x.to(dtype)
+        want = backend.to_dtype(dtype)
+        # torch computes in `dtype` only as a widening of a floating input
+        if not x.dtype.is_floating_point or backend.promote_types(x.dtype, want) is not want:
+            raise RuntimeError(f"linalg.vector_norm: the dtype of the input ({x.dtype.name}, "
+                               f"shape {tuple(x.shape)}) should be floating and convertible "
+                               f"without narrowing to the specified dtype ({want.name})")
+        x = x.to(want)
     return VectorNorm.apply(x, ord, dim, keepdim)
 
 
