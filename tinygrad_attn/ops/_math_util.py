@@ -7,7 +7,15 @@ the default dtype; binary ops promote with backend.promote.
 from __future__ import annotations
 
 from .. import backend
-from ._util import Tensor, broadcast_shape, check_same_device, from_array, unbroadcast
+from ._util import (
+    Tensor,
+    broadcast_shape,
+    check_same_device,
+    from_array,
+    unbroadcast,
+    xp_of,
+)
+from .elementwise import _float_in
 
 
 def _floating(dtype):
@@ -21,13 +29,8 @@ def _as(x, dtype):
     return x
 
 
-def _float_input(x: Tensor):
-    """x's array in the dtype of a floating op's result (integers and bool: the default)."""
-    return _as(x, _floating(x.dtype))
-
-
-def _xp(t: Tensor):
-    return backend.xp_for(t.device)
+_float_input = _float_in  # one rule for a floating op's input, shared with elementwise
+_xp = xp_of
 
 
 def _shape(x):
