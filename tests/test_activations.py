@@ -1,6 +1,6 @@
 """ops/activations.py and nn/activations.py against torch.nn.functional and torch.nn.
 
-ROWS is the table a conformance check reads (see tests/torch_rows.py): values, dtypes,
+ROWS is the table a conformance check reads (see tests/rows_vs_torch.py): values, dtypes,
 shapes and gradients on 0-d, empty, transposed, sliced and expanded float inputs, keyword
 arguments, and the errors torch raises.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from torch_rows import Call, T, cases, run_case
+from rows_vs_torch import Call, T, cases, run_case
 
 import nn
 import tinygrad_attn as ta

@@ -1,6 +1,6 @@
 """Conformance with torch 2.13 for the engine's core ops, in the spirit of PyTorch's OpInfo.
 
-ROWS maps each registered op name to cases run by tests/torch_rows.py: the same call in both
+ROWS maps each registered op name to cases run by tests/rows_vs_torch.py: the same call in both
 libraries on the same values and layouts (contiguous, transposed, sliced with a step,
 expanded), including 0-d and zero-size operands, broadcasting and every dtype the op takes
 (bool, int32, int64, float16, float32, float64); each compares values, result dtype and
@@ -8,7 +8,7 @@ shape, the gradient (and its dtype) of every differentiable input, or the except
 torch raises. The other tables (test_ops_math, test_ops_reduce, test_activations,
 test_losses, test_ops_indexing_more) cover the newer op families; tests/test_registry.py
 fails for a registered op with no row in any of them. Deliberate differences are listed
-once, in torch_rows.DIFFERENCES and docs/differences.md.
+once, in rows_vs_torch.DIFFERENCES and docs/differences.md.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 import pytest
-from torch_rows import DIFFERENCES, Case, arr, case_ids, check_case
+from rows_vs_torch import DIFFERENCES, Case, arr, case_ids, check_case
 
 import tinygrad_attn as ta
 

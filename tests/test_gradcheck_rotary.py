@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from rows_vs_torch import Case, case_ids, check_case, randn
 from test_gradcheck_ops import DEVICE, _t, check
-from torch_rows import Case, case_ids, check_case, randn
 
 import tinygrad_attn as ta
 

@@ -1,6 +1,6 @@
 """ops/losses.py, cross_entropy's extensions and nn/losses.py against torch.
 
-ROWS is the table a conformance check reads (see tests/torch_rows.py): every loss in each
+ROWS is the table a conformance check reads (see tests/rows_vs_torch.py): every loss in each
 reduction, on 0-d, empty, transposed, sliced and broadcast inputs, in float32 and float64,
 with its keyword arguments, and the errors torch raises for bad shapes and values.
 """
@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from torch_rows import Call, T, cases, run_case
+from rows_vs_torch import Call, T, cases, run_case
 
 import nn
 import tinygrad_attn as ta
@@ -159,17 +159,17 @@ ROWS["cross_entropy"] = [c for c in _class_rows("cross_entropy") if not c.raises
 
 @pytest.fixture(autouse=True)
 def _class_targets(monkeypatch):
-    """Integer targets in the class range: torch_rows draws 0..5 for a 'positive' int64; a
+    """Integer targets in the class range: rows_vs_torch draws 0..5 for a 'positive' int64; a
     class count of 4 needs 0..3, so those draws are taken modulo 4 here."""
-    import torch_rows
+    import rows_vs_torch
 
-    original = torch_rows._values
+    original = rows_vs_torch._values
 
     def values(spec, shape, rng):
         v = original(spec, shape, rng)
         return v % 4 if spec.dtype == "int64" and spec.domain == "positive" else v
 
-    monkeypatch.setattr(torch_rows, "_values", values)
+    monkeypatch.setattr(rows_vs_torch, "_values", values)
 
 
 @pytest.mark.parametrize("name, case", cases(ROWS))

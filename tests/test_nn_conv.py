@@ -1,6 +1,6 @@
 """ops/conv.py and nn/conv.py against torch.
 
-ROWS (run by tests/torch_rows.py): conv1d/2d, conv_transpose1d/2d, max/avg pools and
+ROWS (run by tests/rows_vs_torch.py): conv1d/2d, conv_transpose1d/2d, max/avg pools and
 adaptive average pools with their arguments, on transposed, sliced, unbatched and empty
 inputs in float32 and float64 (pools also in int64), and the errors torch raises. Then the
 ledger's record of the one im2col copy, and the modules' parameter names and default init.
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from torch_rows import Case, arr, case_ids, check_case, randn
+from rows_vs_torch import Case, arr, case_ids, check_case, randn
 
 import nn
 import tinygrad_attn as ta

@@ -1,6 +1,6 @@
 """ops/norm.py, nn/norm.py and nn/init.py against torch.
 
-ROWS (run by tests/torch_rows.py): rms_norm, group_norm, batch_norm (train and eval, the
+ROWS (run by tests/rows_vs_torch.py): rms_norm, group_norm, batch_norm (train and eval, the
 running statistics compared as outputs) and normalize on transposed, sliced, empty and
 0-d-statistic inputs in float32 and float64, and the errors torch raises. Then the
 modules (BatchNorm's buffers over several steps, momentum=None, eval mode, state_dict),
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from torch_rows import Case, arr, case_ids, check_case, randn
+from rows_vs_torch import Case, arr, case_ids, check_case, randn
 
 import nn
 import tinygrad_attn as ta

@@ -1,7 +1,7 @@
 """Index-writing and shaping ops against torch: values, dtypes, shapes, gradients, errors;
 and the view ops' promise: they share the input's storage and allocate nothing.
 
-ROWS is the table (op name -> cases) that tests/torch_rows.py runs.
+ROWS is the table (op name -> cases) that tests/rows_vs_torch.py runs.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import contextlib
 
 import numpy as np
 import pytest
-from torch_rows import Case, arr, case_ids, check_case, randn
+from rows_vs_torch import Case, arr, case_ids, check_case, randn
 
 import tinygrad_attn as ta
 from tinygrad_attn.memory import state as ledger_state

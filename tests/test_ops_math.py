@@ -3,13 +3,13 @@ shapes, gradients and errors, one row each.
 
 ROWS is the table a conformance check reads; every case runs on 0-d, empty, broadcast or
 non-contiguous inputs (a transposed or sliced view, or an expanded leaf) in each dtype the
-op accepts. Inputs are built by tests/torch_rows.py with the same values on both sides.
+op accepts. Inputs are built by tests/rows_vs_torch.py with the same values on both sides.
 """
 
 from __future__ import annotations
 
 import pytest
-from torch_rows import Call, T, cases, run_case
+from rows_vs_torch import Call, T, cases, run_case
 
 import tinygrad_attn as ta
 

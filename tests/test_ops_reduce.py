@@ -1,6 +1,6 @@
 """Reductions, scans and sorting against torch: values, dtypes, shapes, gradients, errors.
 
-ROWS is the table (op name -> cases) that tests/torch_rows.py runs; each case covers one of
+ROWS is the table (op name -> cases) that tests/rows_vs_torch.py runs; each case covers one of
 0-d, empty, non-contiguous input, an accepted dtype, or an error torch raises.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from torch_rows import Case, arr, case_ids, check_case, randn
+from rows_vs_torch import Case, arr, case_ids, check_case, randn
 
 import tinygrad_attn as ta
 

@@ -251,13 +251,13 @@ def test_the_helpers_above_can_fail():
 
 def _conformance_rows() -> dict:
     """{op name: rows} from every tests/test_*.py whose ROWS table runs against torch
-    (through tests/torch_rows.py)."""
+    (through tests/rows_vs_torch.py)."""
     here = pathlib.Path(__file__).parent
     rows: dict = {}
     for path in sorted(here.glob("test_*.py")):
         source = path.read_text()
         if re.search(r"^ROWS\b", source, re.M) and re.search(
-                r"^from torch_rows import", source, re.M):
+                r"^from rows_vs_torch import", source, re.M):
             for name, cases in importlib.import_module(path.stem).ROWS.items():
                 rows.setdefault(name, []).extend(cases)
     return rows
