@@ -116,11 +116,7 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
             continue
         wanted.take(node, grads)
         _retain_grads(node, grads, owned)
-        if _tracers:
-            _tell_tracers("on_receive", node, grads)
         results = _run_node(node, grads)
-        if _tracers:
-            _tell_tracers("on_hand_on", node, results)
         _free(node, retain_graph, late_free)
         sharing = _Sharing(grads, owned, results)
         _hand_on(node, results, sharing, pending, consumers, ready, held)
@@ -321,6 +317,16 @@ def _retain_grads(node: Node, grads: list, owned: list) -> None:
 
 
 def _run_node(node: Node, grads: list) -> tuple:
+    """The node's backward, told to any open trace (what it got, what it hands on)."""
+    if _tracers:
+        _tell_tracers("on_receive", node, grads)
+    results = _node_backward(node, grads)
+    if _tracers:
+        _tell_tracers("on_hand_on", node, results)
+    return results
+
+
+def _node_backward(node: Node, grads: list) -> tuple:
     """The node's backward: one gradient (or None) per input edge."""
     if _count_is(grads, None) == len(grads):
         return (None,) * len(node.next_functions)
