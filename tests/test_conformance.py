@@ -235,6 +235,10 @@ ROWS = {
         Case(lambda lib, x: x.clamp(0.0, 1.0), (arr([0.0, 1.0, 2.0, -1.0, 0.5]),)),  # bounds
         Case(lambda lib, x: x.clamp(min=0.0), (r(2, 3, dtype=F32),), all_grads=True),
         Case(lambda lib, x: x.clamp(max=1), (arr([0, 3, 1], I64),)),
+        # an integer tensor with float bounds gives the default float, as torch
+        Case(lambda lib, x: x.clamp(0.5, 2.5), (arr([0, 3, 1], I64),)),
+        Case(lambda lib, x: x.clamp(max=2.5), (arr([0, 3, 1], I32),)),
+        Case(lambda lib, x: x.clamp(1, 2), (arr([True, False]),)),
         Case(lambda lib, x, lo, hi: x.clamp(lo, hi), (r(3, 4), r(4, seed=1) - 1,
                                                       r(4, seed=2) + 1)),
         Case(lambda lib, x, lo: x.clamp(min=lo), (arr([1.0, 2.0]), arr([1.0, 3.0]))),

@@ -370,14 +370,15 @@ class Clamp(Function):
             raise RuntimeError("clamp: at least one of min and max must be given")
         ctx.bounds = (lo, hi)
         ctx.save_for_backward(x)
-        X = x._array()
+        dtype = backend.promote(x, lo, hi)  # an int tensor with float bounds: a float result
+        X = x._array().astype(dtype.np, copy=False)
         xp = backend.xp_for(x.device)
         out = X
         if lo is not None:
             out = xp.maximum(out, lo)
         if hi is not None:
             out = xp.minimum(out, hi)
-        return _wrap(out.astype(X.dtype, copy=False))
+        return _wrap(out.astype(dtype.np, copy=False))
 
     @staticmethod
     def backward(ctx, g):
