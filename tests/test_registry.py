@@ -89,7 +89,6 @@ def _ops_calls(fn) -> set[str]:
 
 def _classes_named_in(fn) -> set[type]:
     """The Function classes a function's code names directly (its globals, nested code too)."""
-    fn = inspect.unwrap(fn)  # the registry wraps each op in backend.errstate
     found, codes = set(), [fn.__code__]
     while codes:
         code = codes.pop()

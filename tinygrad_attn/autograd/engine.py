@@ -337,7 +337,8 @@ def _node_backward(node: Node, grads: list) -> tuple:
                 grads[i] = from_array(_zeros_array(shape, dtype, device))
     prev = _relabel(op=node.name, scope=node.scope, call=id(node), grad_enabled=False)
     try:
-        results = node.fn.backward(node, *grads)
+        with backend.errstate(all="ignore"):  # as in Function.apply
+            results = node.fn.backward(node, *grads)
     finally:
         _restore(prev)
     return _checked_results(node, results)

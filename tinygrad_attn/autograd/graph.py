@@ -18,6 +18,7 @@ import functools
 import itertools
 import weakref
 
+from .. import backend
 from ..memory import state as ledger_state
 from ..tensor import Tensor, _make
 
@@ -393,7 +394,11 @@ class Function:
         record = _connect_inputs(ctx, args)
         prev = _relabel(op=cls.__name__, call=id(ctx), grad_enabled=False)
         try:
-            out = cls.forward(ctx, *args, **kwargs)
+            # NumPy's floating-point warnings off, as torch is silent on log(0) = -inf,
+            # asin(2) = nan and 1/0 = inf: one place for every op's forward (and backward,
+            # in the engine), not a wrapper per function or a guard per kernel
+            with backend.errstate(all="ignore"):
+                out = cls.forward(ctx, *args, **kwargs)
         finally:
             _restore(prev)
         if record:

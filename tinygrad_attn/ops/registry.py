@@ -12,11 +12,9 @@ public name, every name must exist, every differentiable op must have a gradchec
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import backend
 from ..autograd import Function
 
 
@@ -66,24 +64,12 @@ def op(*classes: type, method: bool | str | tuple = False, ta: bool = False,
         if known is not None and known.fn.__module__ != fn.__module__:
             raise ValueError(f"op: {name!r} is registered twice ({known.fn.__module__} and "
                              f"{fn.__module__})")
-        quiet = _quiet(fn)
-        REGISTRY[name] = Entry(quiet, classes, (name,) if methods is None else methods, ta,
+        REGISTRY[name] = Entry(fn, classes, (name,) if methods is None else methods, ta,
                                functional)
-        return quiet
+        return fn
 
     return register
 
-
-def _quiet(fn: Callable) -> Callable:
-    """`fn` run with NumPy's floating-point warnings off: torch gives log(0) = -inf,
-    asin(2) = nan and 1/0 = inf silently, and so do the ops (one place, not each kernel)."""
-
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        with backend.errstate(all="ignore"):
-            return fn(*args, **kwargs)
-
-    return run
 
 
 def names(where: str) -> dict[str, Callable]:
