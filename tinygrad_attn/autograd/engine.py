@@ -18,7 +18,7 @@ from ..errors import DeviceMismatchError
 from ..memory import state as ledger_state
 from ..shape import index_geometry, view_strides
 from ..tensor import Tensor, _ones_like_array, _zeros_array, from_array
-from .graph import AccumulateGrad, Node, _labelled, _notify, _relabel, _restore, gradient_edge
+from .graph import AccumulateGrad, Node, _notify, _relabel, _restore, gradient_edge
 
 # Tracers (autograd.trace) watching a backward run, told what the ledger's observers are not
 # told: the gradients a node receives and hands on, slices routed and leaves accumulated.
@@ -93,7 +93,7 @@ def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None):
     and no leaf's .grad is touched (this is autograd.grad). Allocations made meanwhile are
     labelled phase "backward".
     """
-    with _labelled(phase="backward"):
+    with ledger_state.labelled(phase="backward"):
         return _run_backward(roots, grad_roots, retain_graph, capture)
 
 
@@ -514,7 +514,7 @@ class SliceGrad:
 
     def materialize(self) -> Tensor:
         g = self.grad
-        with _labelled(op=self.op, scope=self.scope):
+        with ledger_state.labelled(op=self.op, scope=self.scope):
             buffer = from_array(_zeros_array(self.base_shape, g.dtype, g.device), "slice-grad")
         self.add_into(buffer)
         return buffer
@@ -551,7 +551,7 @@ class ReshapeGrad:
         buffer._storage.version += 1
 
     def materialize(self) -> Tensor:
-        with _labelled(op=self.op, scope=self.scope):
+        with ledger_state.labelled(op=self.op, scope=self.scope):
             arr = backend.copy(self.grad._array()).reshape(self.shape)
             return from_array(arr, "reshape-copy")
 

@@ -7,9 +7,9 @@ gradient, makes `ctx` the graph node of the outputs: `ctx.fn` is the op,
 when read. Leaves that require grad get an `AccumulateGrad` node, as in PyTorch.
 
 Only two things write process-wide state here: `no_grad` / `enable_grad` /
-`set_grad_enabled` (grad mode), and `_relabel` / `_restore` (and `_labelled`, the
-with-statement over them), which set the op, call, scope and phase that the ledger stamps
-on each allocation, and grad mode while an op runs.
+`set_grad_enabled` (grad mode), and `_relabel` / `_restore`, which set the op, call and
+scope that the ledger stamps on each allocation, and grad mode while an op runs (the
+engine's other labels go through the ledger's own `memory.state.labelled`).
 """
 
 from __future__ import annotations
@@ -75,8 +75,9 @@ def is_grad_enabled() -> bool:
 
 def _relabel(grad_enabled: bool | None = None, **labels) -> tuple:
     """Set ledger labels (any of op, call, scope, phase: allocations carry them) and, if
-    given, grad mode; returns what `_restore` needs to put both back. With _labelled below,
-    the only writer of that process-wide state in the engine besides no_grad and friends."""
+    given, grad mode; returns what `_restore` needs to put both back. Function.apply and the
+    engine's node run call the pair in a try/finally rather than a with-statement: its extra
+    frames cost a tenth of a small op's overhead."""
     current = ledger_state.current
     prev = current.copy(), GradMode.enabled  # every writer is scoped: restoring all is exact
     current.update(labels)
@@ -89,23 +90,6 @@ def _restore(prev: tuple) -> None:
     labels, GradMode.enabled = prev
     ledger_state.current.update(labels)
 
-
-class _labelled:
-    """with _labelled(op=..., scope=...): _relabel for the block, restored on exit.
-
-    Function.apply and the engine's node run call _relabel/_restore directly instead, in a
-    try/finally: the with-statement's extra frames cost a tenth of a small op's overhead."""
-
-    __slots__ = ("_labels", "_grad", "_prev")
-
-    def __init__(self, grad_enabled: bool | None = None, **labels):
-        self._labels, self._grad = labels, grad_enabled
-
-    def __enter__(self):
-        self._prev = _relabel(self._grad, **self._labels)
-
-    def __exit__(self, *exc):
-        _restore(self._prev)
 
 
 def _notify(event: str, *args) -> None:
@@ -302,7 +286,7 @@ class _Recipe:
                 f"{consumer}: saved tensor {index} is rebuilt from {self.producer.name}, whose "
                 "saved tensors were already freed; use retain_graph=True"
             )
-        with _labelled(grad_enabled=False):
+        with no_grad():
             return self.producer.fn.recompute(self.producer)
 
 
