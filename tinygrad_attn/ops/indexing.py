@@ -468,15 +468,16 @@ class IndexSelect(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, dim, index):
-        check_same_device("index_select", x, index)
-        d = shp.normalize_dim(dim, x.ndim, "index_select")
+    def forward(ctx, x, dim, index, op="index_select"):
+        # `op` names the caller in errors: embedding is this op, and checks nothing twice
+        check_same_device(op, x, index)
+        d = shp.normalize_dim(dim, x.ndim, op)
         if index.ndim > 1:
-            raise ShapeError(f"index_select: index must be 0-D or 1-D, got {tuple(index.shape)}")
-        check_index_tensor("index_select", index, RuntimeError)
+            raise ShapeError(f"{op}: index must be 0-D or 1-D, got {tuple(index.shape)}")
+        check_index_tensor(op, index, RuntimeError)
         xp = backend.xp_for(x.device)
         I = index._array().reshape(-1)
-        check_index_range("index_select", I, d, x.shape, IndexError)
+        check_index_range(op, I, d, x.shape, IndexError)
         ctx.in_shape, ctx.dim = x.shape, d
         ctx.save_for_backward(index)
         return from_array(xp.take(x._array(), I, axis=d), "index-gather")

@@ -13,7 +13,7 @@ from ..autograd import Function
 from ..creation import default_generator
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array
-from .indexing import IndexSelect, check_index_range, check_index_tensor
+from .indexing import IndexSelect, check_index_tensor
 from .losses import COMPOSED_CLASSES, cross_entropy_composed
 from .registry import op
 
@@ -234,9 +234,8 @@ def embedding(index: Tensor, weight: Tensor) -> Tensor:
     """
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight must be 2-D, got shape {tuple(weight.shape)}")
-    check_index_tensor("embedding", index)  # so that a bad index names embedding, as torch
-    check_index_range("embedding", index._array(), 0, weight.shape)
+    check_index_tensor("embedding", index)  # before reshape: a non-tensor index is refused
     flat = index.reshape(-1)
-    rows = weight.index_select(0, flat)
+    rows = IndexSelect.apply(weight, 0, flat, op="embedding")  # its checks name embedding
     return rows.view(tuple(index.shape) + (weight.shape[1],))
 
