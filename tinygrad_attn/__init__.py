@@ -9,8 +9,8 @@ from . import autograd, backend, checkpoint, cuda, functional, linalg, memory, o
 from . import viz  # noqa: F401 - ta.viz.draw(loss): the graph as SVG / DOT
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .backend import (  # noqa: F401
-    DType, bool_, float16, float32, float64, get_default_dtype, int8, int16, int32, int64,
-    promote_types, set_default_dtype, uint8,
+    DType, bool_, float16, float32, float64, get_default_dtype, get_num_threads, int8, int16,
+    int32, int64, promote_types, set_default_dtype, set_num_threads, uint8,
 )
 from .creation import (  # noqa: F401
     arange, empty, empty_like, eye, from_dlpack, from_numpy, full, full_like, linspace,
@@ -38,4 +38,5 @@ __all__ = [
     "Tensor", "Storage", "Function", "no_grad", "enable_grad", "set_grad_enabled",
     "is_grad_enabled", "tensor", "zeros", "ones", "empty", "full", "arange", "randn", "rand",
     "randint", "zeros_like", "ones_like", "manual_seed", "gradcheck", "from_dlpack",
+    "set_num_threads", "get_num_threads",
 ]

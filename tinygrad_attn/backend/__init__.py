@@ -10,8 +10,9 @@ spelling differs between the two libraries (strided views, scatter-add, erf, RNG
     devices      canonical_device, xp_for, on_device, synchronize, CUDA availability, and
                  the array-module install hook the fake-CuPy tests use
     layout       flat buffers, strided views, copies, host/device transfer, asarray, DLPack
-    kernels      the NumPy reference kernels (scatter/index add, masked_fill, erf, gelu,
-                 AdamW); where compiled and CuPy kernels will go
+    kernels      the fused kernels the ops call (`kernels.NAME`): the NumPy reference and
+                 the compiled (numba) twins, chosen per call; set_kernels, get_kernels
+    threads      one thread count for OpenBLAS and the compiled kernels (set_num_threads)
     random       Generator, one seeded stream per device
     host_memory  what the allocators hold: glibc's malloc and CuPy's pool
 
@@ -20,7 +21,7 @@ The names below are the backend's API (`backend.xp_for(...)`, `backend.float32`)
 
 from __future__ import annotations
 
-from . import devices
+from . import devices, kernels, threads  # noqa: F401
 from .devices import (  # noqa: F401
     _install_array_module,
     canonical_device,
@@ -70,9 +71,11 @@ from .kernels import (  # noqa: F401
     gelu_backward,
     gelu_cdf,
     gelu_forward,
+    get_kernels,
     index_add,
     masked_fill,
     scatter_add,
+    set_kernels,
 )
 from .layout import (  # noqa: F401
     asarray,
@@ -88,6 +91,7 @@ from .layout import (  # noqa: F401
     to_host,
 )
 from .random import Generator  # noqa: F401
+from .threads import get_num_threads, set_num_threads  # noqa: F401
 
 # `cp` (the GPU array library) and `ndarray_types` are rebound by _install_array_module, so
 # they are not copied here, where the copy would go stale: `backend.cp` reads the live one.

@@ -1,11 +1,11 @@
-"""Kernels: the NumPy reference implementations of the engine's fused and scattered work.
+"""The reference kernels: the engine's fused and scattered work, written with NumPy.
 
-scatter_add, index_add, masked_fill, erf and the blocked gelu forward/backward, and the AdamW
-update. Each NumPy kernel here is the readable reference a reader studies; this is the place
-where a compiled numba layer (chosen at run time, and required to agree with these) and
-CuPy-specific kernels (once they have run on a real GPU) will sit beside them. On CuPy arrays
-the kernels today call CuPy's own functions (cupyx.scatter_add, cupyx.scipy.special.erf) or
-run the same array expressions.
+This is the module a reader studies: each kernel is short, its formula is in its docstring
+and its code is NumPy (or CuPy, through the same array expressions). The compiled module
+beside it (`compiled.py`, numba) has a kernel of the same name and signature for each one it
+speeds up and must agree with it; `kernels/__init__.py` chooses between the two per call.
+On CuPy arrays the kernels call CuPy's own functions (cupyx.scatter_add,
+cupyx.scipy.special.erf) or run the same array expressions.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from . import devices
+from .. import devices
 
 
 def scatter_add(target, index, values) -> None:

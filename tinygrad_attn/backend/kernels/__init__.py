@@ -1,0 +1,163 @@
+"""The kernel layer: which implementation of a fused kernel runs, chosen per call.
+
+Two modules hold kernels of the same names and signatures:
+
+    reference  NumPy (and CuPy through the same array expressions): short, commented, the
+               formula visible. The one a reader studies, and the one that always works.
+    compiled   numba: the same kernels compiled, fused into one pass each way and run over
+               all cores. The only module in the project that imports numba, and only when a
+               kernel first needs it (`pip install 'tinygrad_attn[fast]'` installs it).
+
+The autograd Functions do not know which one runs: they call `backend.kernels.NAME(...)`
+and this module picks. The choice, per call:
+
+    mode "numpy"  the reference, always.
+    mode "numba"  the compiled kernel wherever its operands allow it (NumPy arrays, float32
+                  or float64, C-contiguous; a kernel may decline other cases), at any size;
+                  numba must be installed. The test suite runs its rows this way.
+    mode "auto"   (the default) as "numba" when numba is installed and the first operand has
+                  at least AUTO_MIN_SIZE elements; below that, calling into compiled code
+                  costs more than it saves, and the reference runs.
+
+The mode comes from the environment variable TINYGRAD_ATTN_KERNELS (auto, numba, numpy) at
+import, and from `set_kernels(mode)` at run time. `calls` counts, per (kernel, path), the
+calls made, so a test can check which path ran. docs/kernels.md has the design and the
+measurements.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import importlib.util
+import os
+
+import numpy as np
+
+from . import reference
+
+MODES = ("auto", "numba", "numpy")
+ENV = "TINYGRAD_ATTN_KERNELS"
+AUTO_MIN_SIZE = 16384  # elements of the first operand; below it "auto" runs the reference
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+calls: collections.Counter = collections.Counter()  # (kernel name, "numba" | "numpy") -> n
+
+_state = {"mode": "auto", "compiled": None}
+
+
+def _check_mode(mode, where: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"{where}: kernels must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+def numba_available() -> bool:
+    """Whether numba can be imported (without importing it)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def _load_compiled():
+    """The compiled module, imported on first use (this is when numba is imported)."""
+    if _state["compiled"] is None:
+        _state["compiled"] = importlib.import_module(".compiled", __name__)
+        from .. import threads  # the compiled pool follows the engine's thread count
+
+        threads.apply_to_compiled(_state["compiled"])
+    return _state["compiled"]
+
+
+def set_kernels(mode: str) -> None:
+    """Choose the kernels: "auto" (default), "numba" or "numpy" (the reference).
+
+    "numba" without numba installed raises ImportError and leaves the mode as it was."""
+    _check_mode(mode, "set_kernels")
+    if mode == "numba" and not numba_available():
+        raise ImportError("set_kernels: 'numba' needs numba; install the fast extra: "
+                          "pip install 'tinygrad_attn[fast]'")
+    _state["mode"] = mode
+
+
+def get_kernels() -> str:
+    """The mode set: "auto", "numba" or "numpy"."""
+    return _state["mode"]
+
+
+def _from_env() -> None:
+    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    _check_mode(mode, f"environment variable {ENV}")
+    if mode == "numba" and not numba_available():
+        raise ImportError(f"{ENV}=numba needs numba; install the fast extra: "
+                          "pip install 'tinygrad_attn[fast]'")
+    _state["mode"] = mode
+
+
+_from_env()
+
+
+def _compilable(operands) -> bool:
+    """NumPy float32/float64 arrays of one dtype, C-contiguous (None operands skipped)."""
+    dtype = None
+    for a in operands:
+        if a is None:
+            continue
+        if type(a) is not np.ndarray or not a.flags.c_contiguous:
+            return False
+        if dtype is None:
+            if a.dtype not in FLOAT_DTYPES:
+                return False
+            dtype = a.dtype
+        elif a.dtype != dtype:
+            return False
+    return dtype is not None
+
+
+def _use_compiled(operands) -> bool:
+    mode = _state["mode"]
+    if mode == "numpy" or not _compilable(operands):
+        return False
+    if mode == "auto":
+        if operands[0] is None or operands[0].size < AUTO_MIN_SIZE or not numba_available():
+            return False
+    return True
+
+
+def _kernel(name: str, n_float: int):
+    """The public function for kernel `name`: its first `n_float` positional operands are
+    the float arrays the choice looks at; a compiled kernel that returns NotImplemented
+    declines the call and the reference runs."""
+    ref = getattr(reference, name)
+
+    def call(*args, **kwargs):
+        if _use_compiled(args[:n_float]):
+            fast = getattr(_load_compiled(), name, None)
+            out = NotImplemented if fast is None else fast(*args, **kwargs)
+            if out is not NotImplemented:
+                calls[name, "numba"] += 1
+                return out
+        calls[name, "numpy"] += 1
+        return ref(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = ref.__doc__
+    call.__wrapped__ = ref
+    return call
+
+
+# Kernels with one implementation (no compiled twin): called straight.
+scatter_add = reference.scatter_add
+index_add = reference.index_add
+masked_fill = reference.masked_fill
+erf = reference.erf
+gelu_cdf = reference.gelu_cdf
+
+# ----------------------------------------------------------------------------- activations
+gelu_forward = _kernel("gelu_forward", 1)
+gelu_backward = _kernel("gelu_backward", 2)
+
+# ----------------------------------------------------------------------------- softmax
+
+# ----------------------------------------------------------------------------- norms, loss
+
+# ------------------------------------------------------------------------- optimizer, reductions
+adamw_update = _kernel("adamw_update", 4)
