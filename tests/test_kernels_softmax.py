@@ -87,6 +87,15 @@ def test_softmax_and_log_softmax_agree_with_the_reference(compiled, name, dtype)
         _agree(getattr(compiled, bwd)(y, g), getattr(reference, bwd)(y, g), dtype, True)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_infinite_gradient_entry_first_in_its_row(compiled, dtype):
+    y = reference.softmax_forward(_rows("odd", dtype))
+    g = np.random.default_rng(1).standard_normal(y.shape).astype(dtype)
+    g[0, 0, 0], g[1, 1, 0] = np.inf, -np.inf
+    for bwd in ("softmax_backward", "log_softmax_backward"):
+        _agree(getattr(compiled, bwd)(y, g), getattr(reference, bwd)(y, g), dtype, True)
+
+
 def test_rows_of_minus_inf_are_nan_and_the_rest_sums_to_one(compiled):
     x = _rows("inf", np.float32)
     y = compiled.softmax_forward(x)
@@ -276,3 +285,14 @@ def test_masked_softmax_checks_its_arguments():
     import nn.functional
 
     assert nn.functional.masked_softmax is F.masked_softmax
+
+
+def test_a_row_made_nan_by_its_input_gets_a_zero_gradient_with_a_bool_mask(mode):
+    """The one documented difference from torch's composition (docs/differences.md): the op
+    saves only its output, where every entry of such a row is nan, masked or not."""
+    x = ta.tensor([[np.nan, 1.0, 2.0], [0.5, 1.0, 2.0]], dtype=ta.float64, requires_grad=True)
+    mask = ta.tensor([[False, True, False]])
+    y = F.masked_softmax(x, mask)
+    y.backward(ta.ones(2, 3, dtype=ta.float64))
+    assert np.isnan(y.detach().numpy()[0]).all()
+    assert (x.grad.numpy()[0] == 0).all() and not np.isnan(x.grad.numpy()[1]).any()

@@ -113,16 +113,16 @@ _SUMS = {"cache": True, "fastmath": {"reassoc"}}
 
 @njit(**_SUMS)
 def _row_sum(a):
-    s = a[0] * 0
-    for j in range(a.shape[0]):
+    s = a[0]  # not a zero of a's type made as a[0] * 0: that is nan for an infinite a[0]
+    for j in range(1, a.shape[0]):
         s += a[j]
     return s
 
 
 @njit(**_SUMS)
 def _row_dot(a, b):
-    s = a[0] * 0
-    for j in range(a.shape[0]):
+    s = a[0] * b[0]
+    for j in range(1, a.shape[0]):
         s += a[j] * b[j]
     return s
 
