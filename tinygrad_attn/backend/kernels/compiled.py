@@ -112,9 +112,9 @@ _SUMS = {"cache": True, "fastmath": {"reassoc"}}
 
 
 @njit(**_SUMS)
-def _row_sum(a):
+def _row_sum(a, n):
     s = a[0]  # not a zero of a's type made as a[0] * 0: that is nan for an infinite a[0]
-    for j in range(1, a.shape[0]):
+    for j in range(1, n):
         s += a[j]
     return s
 
@@ -135,21 +135,24 @@ def _row_max(a):
     return m
 
 
-@njit(inline="always")
-def _normalize(z, y):
-    """y = exp(z - max) / sum(exp(z - max)) for one row (z may be y itself)."""
-    m = _row_max(z)
-    for j in range(z.shape[0]):
+@njit(inline="always")  # inlined once per kernel: numba's SSA check trips on two copies
+def _normalize(z, y, n):
+    """y = exp(z - max) / sum(exp(z - max)) over a row's first n entries, n >= 1 (z may be
+    y itself). Bounds, not slices: a slice's copy loop does not vectorize."""
+    m = z[0]
+    for j in range(1, n):
+        m = max(m, z[j])
+    for j in range(n):
         y[j] = vexp(z[j] - m)
-    s = _row_sum(y)
-    for j in range(y.shape[0]):
+    s = _row_sum(y, n)
+    for j in range(n):
         y[j] = y[j] / s
 
 
 @njit(**PAR)
 def _softmax_rows(x, y):
     for r in prange(x.shape[0]):
-        _normalize(x[r], y[r])
+        _normalize(x[r], y[r], x.shape[1])
 
 
 @njit(**PAR)
@@ -157,7 +160,8 @@ def _softmax_backward_rows(y, g, gx, scale, zero_nan_rows):
     for r in prange(y.shape[0]):
         yr, gr, out = y[r], g[r], gx[r]
         if zero_nan_rows and yr[0] != yr[0]:
-            out[:] = 0
+            for j in range(yr.shape[0]):
+                out[j] = 0
             continue
         dot = _row_dot(gr, yr)
         for j in range(yr.shape[0]):
@@ -171,7 +175,7 @@ def _log_softmax_rows(x, y):
         m = _row_max(xr)
         for j in range(xr.shape[0]):
             yr[j] = vexp(xr[j] - m)
-        log_sum = math.log(_row_sum(yr))
+        log_sum = math.log(_row_sum(yr, yr.shape[0]))
         for j in range(xr.shape[0]):
             yr[j] = (xr[j] - m) - log_sum
 
@@ -180,7 +184,7 @@ def _log_softmax_rows(x, y):
 def _log_softmax_backward_rows(y, g, gx):
     for r in prange(y.shape[0]):
         yr, gr, out = y[r], g[r], gx[r]
-        total = _row_sum(gr)
+        total = _row_sum(gr, gr.shape[0])
         for j in range(yr.shape[0]):
             out[j] = gr[j] - vexp(yr[j]) * total
 
@@ -204,6 +208,25 @@ def _masked_impl(v, m):
     return lambda v, m: v + m
 
 
+def _kept_prefix(mask_row):
+    """The length of the row without its trailing masked entries (bool masks only)."""
+    raise NotImplementedError  # only called from compiled code, through the overload below
+
+
+@overload(_kept_prefix, inline="always")
+def _kept_prefix_impl(mask_row):
+    if isinstance(mask_row.dtype, types.Boolean):
+        def kept(mask_row):
+            k = 0
+            for j in range(mask_row.shape[0]):  # a whole-row scan LLVM vectorizes, where a
+                if not mask_row[j]:  # backward search stopping early runs byte by byte
+                    k = j + 1
+            return k
+
+        return kept
+    return lambda mask_row: mask_row.shape[0]
+
+
 @njit(inline="always")
 def _mask_offset(row, lead_shape, lead_strides):
     """Where row `row` of x (rows in C order over the lead shape) starts in the mask."""
@@ -224,12 +247,19 @@ def _masked_softmax_rows(x, mask, lead_shape, lead_strides, col_stride, scale, y
         xr, yr = x[r], y[r]
         if col_stride == 1:
             mr = mask[offset:offset + n]
-            for j in range(n):
+            # a bool mask's masked tail (a causal row's future) has probability exactly 0:
+            # written as such, its exp skipped (half of all exps for a causal mask)
+            kept = _kept_prefix(mr)
+            for j in range(kept):
                 yr[j] = _masked(xr[j] * scale, mr[j])
         else:
+            kept = n
             for j in range(n):
                 yr[j] = _masked(xr[j] * scale, mask[offset + j * col_stride])
-        _normalize(yr, yr)
+        if kept:
+            _normalize(yr, yr, kept)
+        for j in range(kept, n):  # every entry masked: nan, as exp(-inf - -inf) makes it
+            yr[j] = 0 if kept else np.nan
 
 
 def _as_rows(a):
@@ -287,8 +317,8 @@ def masked_softmax_forward(x, mask, scale):
     y = np.empty_like(x)
     if x.size == 0:
         return y
-    if mask is None:
-        mask = np.zeros((), np.bool_)
+    if mask is None:  # a row of False, read with column stride 1 (the fast loop)
+        mask = np.zeros(x.shape[-1], np.bool_)
     flat = _flat_mask(mask, x.shape)
     if flat is None:
         return NotImplemented
