@@ -83,8 +83,8 @@ def floor_bytes(cfg: nn.GPTConfig, batch: int, attn: str | None = None,
                  gelu: its input (B,T,4C); mlp.c_proj: gelu's output (B,T,4C)
                  = 16 BTC f + 2 BT f + attention
       attention  "views": qkv (B,T,3C), pinned once by the q/k/v views that both matmuls
-                 keep; softmax output (B,nh,T,T); the bool causal mask: the whole
-                 (block_size, block_size) buffer, 1 byte each, pinned by its [:T,:T] view
+                 keep; masked_softmax's output (B,nh,T,T), all it saves (the bool causal
+                 mask is read in forward, not kept)
                  "naive": the q, k, v permute copies (3 x (B,nh,T,hs) = 3 BTC; the slices
                  of qkv save nothing, so qkv itself is freed); softmax output (B,nh,T,T);
                  the additive -inf mask is added (Add saves nothing), so no mask is kept
@@ -120,7 +120,7 @@ def floor_bytes(cfg: nn.GPTConfig, batch: int, attn: str | None = None,
              "c_proj input (merged heads)": BTC, "c_fc input": BTC,
              "gelu input + mlp.c_proj input": 8 * BTC}
     if attn == "views":
-        block["attn: qkv + softmax out + bool mask"] = 3 * BTC + TT + bs * bs
+        block["attn: qkv + softmax out"] = 3 * BTC + TT
     elif attn == "naive":
         block["attn: q, k, v copies + softmax out"] = 3 * BTC + TT
     elif attn == "flash":
@@ -393,8 +393,8 @@ def main(argv=None) -> dict:
     for batch in batches:
         v, n, fa = (rows[(a, False, batch)]["saved"] for a in ("views", "naive", "flash"))
         print(f"B={batch}: saved flash {_mib(fa)} < views {_mib(v)}; naive {_mib(n)} "
-              f"(naive - views = {(n - v) / 1024:+.0f} KiB: the views' bool mask buffers; "
-              "naive's q/k/v copies replace the qkv that views pins)")
+              f"(naive - views = {(n - v) / 1024:+.0f} KiB: naive's q/k/v copies replace "
+              "the qkv that views pins)")
         core = {a: attention_saved(rows[(a, False, batch)]) for a in ("views", "flash")}
         # all else is the same but the merged heads: flash's output is them (no copy)
         once = core["flash"] + (v - fa) - base.n_layer * batch * base.block_size * base.n_embd * 4

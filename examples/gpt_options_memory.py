@@ -28,7 +28,7 @@ hs = C / nh, KV = n_kv_head * hs, V vocab, H = swiglu_hidden(C) = 2/3 * 4C round
               rope       + the rotated q (BTC f) and k (B T KV f): new tensors the scores
                          keep; the rotation itself keeps only the shared tables
               views      the softmax output B nh T T f (grouped heads too: each query head
-                         has its own probabilities) + the bool causal mask block_size^2 bytes
+                         has its own probabilities), all masked_softmax saves
               flash      the row logsumexp B nh T f (its output is the merged heads below)
               c_proj     its input, the merged heads BTC f
               gelu MLP   c_fc input BTC f + gelu input 4BTC f + c_proj input 4BTC f
@@ -115,7 +115,7 @@ def floor_bytes(cfg: nn.GPTConfig, batch: int, itemsize: int = 4) -> dict:
     if rope:
         block["rotated q and k"] = BTC + B * T * KV * f
     if cfg.attn == "views":
-        block["softmax out + bool mask"] = B * nh * T * T * f + cfg.block_size ** 2
+        block["softmax out"] = B * nh * T * T * f
     else:
         block["logsumexp"] = B * nh * T * f
     block["c_proj input (merged heads)"] = BTC

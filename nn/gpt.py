@@ -186,10 +186,10 @@ class CausalSelfAttention(Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                                block_size=self.attn_block_size)
         else:
-            # causal self-attention: (B, nh, T, hs) x (B, nh, hs, T) -> (B, nh, T, T)
-            att = (q @ k.mT) * (1.0 / math.sqrt(hs))
-            att = att.masked_fill(self.mask[:, :, :T, :T], float("-inf"))
-            att = F.softmax(att, dim=-1)
+            # causal self-attention: (B, nh, T, hs) x (B, nh, hs, T) -> (B, nh, T, T);
+            # scale, mask and softmax in one op: one (T, T) array, where the three steps
+            # (att * scale, masked_fill, softmax) make three
+            att = F.masked_softmax(q @ k.mT, self.mask[:, :, :T, :T], scale=1.0 / math.sqrt(hs))
             att = self.attn_dropout(att)
             y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
         return y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
@@ -216,9 +216,8 @@ class CausalSelfAttention(Module):
             # size-1 group dim that the matmuls broadcast (a stride-0 view, never a copy)
             q = q.view(B, nkv, g, T, hs)  # (B, nkv, g, T, hs)
             k, v = k.unsqueeze(2), v.unsqueeze(2)  # (B, nkv, 1, T, hs)
-            att = (q @ k.mT) * (1.0 / math.sqrt(hs))  # (B, nkv, g, T, T)
-            att = att.masked_fill(self.mask[:, :, :T, :T], float("-inf"))
-            att = F.softmax(att, dim=-1)
+            att = F.masked_softmax(q @ k.mT, self.mask[:, :, :T, :T],  # (B, nkv, g, T, T)
+                                   scale=1.0 / math.sqrt(hs))
             att = self.attn_dropout(att)
             y = (att @ v).view(B, nh, T, hs)  # (B, nkv, g, T, hs) -> (B, nh, T, hs)
         return y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side

@@ -62,6 +62,9 @@ DIFFERENCES = {
     "device": "an unknown device string is a ValueError, an int device a TypeError",
     "integer_input": "random floats and softmax on integers raise RuntimeError (torch: "
                      "NotImplementedError, its subclass)",
+    "masked_softmax": "with a bool mask, a row made nan by a nan input gets a zero gradient "
+                      "(the composition: nan at its unmasked entries); a float mask must "
+                      "have x's dtype",
 }
 
 

@@ -112,6 +112,21 @@ def _sdpa(lib, q, k, v, mask=None, **kw):
     return F(lib).scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
 
 
+def _masked_softmax(lib, x, mask=None, scale=1.0, dim=-1):
+    """ta's fused op against torch's composition of the same steps."""
+    if lib is ta:
+        return ta.functional.masked_softmax(x, mask, scale=scale, dim=dim)
+    z = x * scale
+    if mask is not None:
+        z = z.masked_fill(mask, float("-inf")) if mask.dtype == lib.bool else z + mask
+    return lib.softmax(z, dim)
+
+
+def _causal(T):
+    """True above the diagonal (the future a query may not see), as (1, 1, T, T)."""
+    return np.triu(np.ones((T, T), dtype=B), 1).reshape(1, 1, T, T)
+
+
 def _adamw(lib, p, g):
     if lib is ta:
         m, v = ta.zeros_like(p), ta.zeros_like(p)
@@ -307,6 +322,36 @@ ROWS = {
         Case(lambda lib, x: x.softmax(1), (arr([[-np.inf, 0.0], [800.0, 0.0]]),)),
         Case(lambda lib, x: x.softmax(1), (r(2, 3, dtype=F32),), all_grads=True),
         Case(lambda lib, x: x.softmax(2), (r(2, 3),), raises=IndexError)],
+    "masked_softmax": [
+        Case(_masked_softmax, (r(3, 4), r(3, 4, dtype=B, seed=1)), lay)
+        for lay in ("contiguous", "transposed", "sliced")] + [
+        # the GPT's call: a (1, 1, T, T) causal buffer against (B, nh, T, T) scores, scaled
+        Case(lambda lib, x, m: _masked_softmax(lib, x, m, scale=0.125), (r(2, 3, 5, 5),
+                                                                         _causal(5))),
+        Case(lambda lib, x, m: _masked_softmax(lib, x, m[..., :4, :4], scale=0.5),
+             (r(2, 3, 4, 4), _causal(6))),  # a sliced (non-contiguous) mask view
+        # float (additive) masks: broadcast, with their gradient (float64 requires grad)
+        Case(_masked_softmax, (r(2, 3, 4), r(3, 4, seed=1))),
+        Case(lambda lib, x, m: _masked_softmax(lib, x, m, scale=2.0), (r(2, 3, 4),
+                                                                       r(4, seed=1))),
+        Case(lambda lib, x, m: _masked_softmax(lib, x, m, scale=0.5, dim=1),
+             (r(2, 3, 4), r(3, 1, dtype=B, seed=2))),  # another dim, a (3, 1) mask
+        Case(lambda lib, x: _masked_softmax(lib, x, scale=0.25), (r(3, 4),), "transposed"),
+        # every entry of a row masked: nan, as torch's composition; a bool mask's gradient
+        # there is zero (masked_fill's backward), a float mask's is nan
+        Case(_masked_softmax, (r(3, 4), arr([[1, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], B))),
+        Case(_masked_softmax, (r(2, 4), arr([[-np.inf] * 4, [0.0, -np.inf, 1.0, 2.0]]))),
+        Case(_masked_softmax, (arr([[800.0, 0.0, -800.0], [1e-300, 0.0, 3.0]]),
+                               arr([False, False, True], B))),  # large values
+        Case(_masked_softmax, (r(0, 4), r(4, dtype=B))),  # zero-size
+        Case(_masked_softmax, (r(3, 0), r(3, 0, dtype=B))),
+        Case(lambda lib, x, m: _masked_softmax(lib, x, m, dim=0), (r(), arr(False, B))),
+        Case(lambda lib, x, m: _masked_softmax(lib, x, m, scale=0.125), (
+            r(2, 2, 5, 5, dtype=F32), _causal(5)), all_grads=True),
+        Case(_masked_softmax, (r(2, 3, 4, dtype=F32), r(3, 4, dtype=F32, seed=3)),
+             all_grads=True),
+        Case(lambda lib, x, m: _masked_softmax(lib, x, m, dim=2), (r(2, 3), r(3, dtype=B)),
+             raises=IndexError)],
     "log_softmax": _float_layouts(lambda lib, x: x.log_softmax(-1)) + [
         Case(lambda lib, x: x.log_softmax(0), (r(),)),
         Case(lambda lib, x: x.log_softmax(1), (r(2, 3, dtype=F32),), all_grads=True)],

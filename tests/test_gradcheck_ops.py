@@ -645,6 +645,20 @@ def test_masked_fill_value_tensor_gets_gradient():
     check(lambda x, v: x.masked_fill(mask, v), [_c((3, 4)), _c(())])
 
 
+@pytest.mark.parametrize("mask", ["bool", "float", "none"])
+def test_masked_softmax(mask):
+    ms = ta.functional.masked_softmax
+    if mask == "bool":  # causal: no row is fully masked (that row's output is nan)
+        causal = ta.tensor(np.triu(np.ones((3, 3), dtype=bool), 1), device=DEVICE["name"])
+        check(lambda x: ms(x, causal, scale=0.5), [((2, 3, 3), "transposed", "real")])
+        check(lambda x: ms(x, causal.view(3, 1, 3), dim=0), [((3, 4, 3), "sliced", "real")])
+    elif mask == "float":  # the additive mask gets its gradient, summed over the broadcast
+        check(lambda x, m: ms(x, m, scale=0.7), [((2, 3, 4), "sliced", "real"), _c((3, 4))])
+        check(lambda x, m: ms(x, m, dim=0), [((2, 3, 4), "transposed", "real"), _c((2, 1, 4))])
+    else:
+        check(lambda x: ms(x, scale=2.0, dim=1), [((2, 3, 4), "transposed", "real")])
+
+
 # ----------------------------------------------------------------------------- in place
 class _Late:
     """A constant tensor built when the checked function runs (on the inputs' device)."""
@@ -927,6 +941,8 @@ ON_DEVICE = (
        (test_gather_3d, {}),
        (test_masked_fill_attention_mask, {}),
        (test_masked_fill_value_tensor_gets_gradient, {}),
+       (test_masked_softmax, {"mask": "bool"}),
+       (test_masked_softmax, {"mask": "float"}),
        (test_to, {}),
        (test_scaled_dot_product_attention, {"causal": True}),
        (test_checkpoint, {})]
@@ -967,6 +983,7 @@ TESTS_OF = {
     "sum": test_sum_mean_var, "mean": test_sum_mean_var, "var": test_sum_mean_var,
     "std": test_var_std_correction, "max": test_max_min_dim, "min": test_max_min_all,
     "logsumexp": test_logsumexp, "softmax": test_softmax, "log_softmax": test_softmax,
+    "masked_softmax": test_masked_softmax,
     "matmul": test_matmul, "getitem": test_view_op, "as_strided": test_as_strided,
     "cat": test_cat, "remainder": test_remainder_and_floor_divide, "to": test_to,
     "cross_entropy": test_cross_entropy_gradcheck_contiguous_and_transposed,

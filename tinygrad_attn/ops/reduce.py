@@ -317,6 +317,17 @@ def matmul(x: Tensor, other: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- softmax
+def _on_last_dim(kernel, xp, d, *arrays, **kwargs):
+    """kernel(*arrays) over dim d: the kernels normalize the last dim, so another dim is
+    moved last as a view (no copy) and the result moved back. d None: a 0-d tensor."""
+    if d is None:
+        return kernel(*(a if a is None else a.reshape(1) for a in arrays), **kwargs).reshape(())
+    if d == arrays[0].ndim - 1:
+        return kernel(*arrays, **kwargs)
+    out = kernel(*(a if a is None else xp.moveaxis(a, d, -1) for a in arrays), **kwargs)
+    return xp.moveaxis(out, -1, d)
+
+
 class Softmax(Function):
     """y = exp(x - max) / sum(exp(x - max));  gx = y * (g - sum(g * y, dim)).
 
@@ -338,7 +349,7 @@ class Softmax(Function):
         d = _dim(x, dim, "softmax")
         ctx.dim = d
         ctx.saves_input = ledger_state.policies["softmax"] == "recompute"
-        y = from_array(_softmax(backend.xp_for(x.device), x._array(), d))
+        y = from_array(_softmax(x, d))
         ctx.save_for_backward(x if ctx.saves_input else y)
         return y
 
@@ -347,26 +358,20 @@ class Softmax(Function):
         """The output, from what this node saved (rebuilt if it saved the input)."""
         (saved,) = ctx.saved_tensors
         if ctx.saves_input:
-            return from_array(_softmax(backend.xp_for(saved.device), saved._array(), ctx.dim))
+            return from_array(_softmax(saved, ctx.dim))
         return saved
 
     @staticmethod
     def backward(ctx, g):
         y = Softmax.recompute(ctx)
         xp = backend.xp_for(y.device)
-        Y, G = y._array(), g._array()
-        gx = G * Y
-        gx -= Y * xp.sum(gx, axis=ctx.dim, keepdims=True)
-        return from_array(gx)
+        return from_array(_on_last_dim(backend.kernels.softmax_backward, xp, ctx.dim,
+                                       y._array(), g._array()))
 
 
-def _softmax(xp, X, d):
-    if X.size == 0:
-        return X.copy()
-    e = xp.asarray(X - xp.max(X, axis=d, keepdims=True))  # asarray: 0-d gives a scalar
-    xp.exp(e, out=e)
-    e /= xp.sum(e, axis=d, keepdims=True)
-    return e
+def _softmax(x: Tensor, d):
+    xp = backend.xp_for(x.device)
+    return _on_last_dim(backend.kernels.softmax_forward, xp, d, x._array())
 
 
 class LogSoftmax(Function):
@@ -376,10 +381,7 @@ class LogSoftmax(Function):
     def forward(ctx, x, dim):
         d = _dim(x, dim, "log_softmax")
         xp = backend.xp_for(x.device)
-        X = x._array()
-        shifted = X - (xp.max(X, axis=d, keepdims=True) if X.size else 0)
-        shifted -= xp.log(xp.sum(xp.exp(shifted), axis=d, keepdims=True))
-        y = from_array(shifted)
+        y = from_array(_on_last_dim(backend.kernels.log_softmax_forward, xp, d, x._array()))
         ctx.dim = d
         ctx.save_for_backward(y)
         return y
@@ -388,8 +390,48 @@ class LogSoftmax(Function):
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
         xp = backend.xp_for(y.device)
-        G = g._array()
-        return from_array(G - xp.exp(y._array()) * xp.sum(G, axis=ctx.dim, keepdims=True))
+        return from_array(_on_last_dim(backend.kernels.log_softmax_backward, xp, ctx.dim,
+                                       y._array(), g._array()))
+
+
+class MaskedSoftmax(Function):
+    """y = softmax(mask(x * scale)), mask: -inf where a bool mask is True, + a float mask;
+    gx = scale * y * (g - sum(g * y, dim));  gmask = y * (g - sum(g * y)) summed to its shape.
+
+    Saves only the output y: the backward formula needs nothing else (not x, not the mask),
+    and att @ v keeps that y anyway. One (T x T) array where the composition
+    softmax((x * scale).masked_fill(mask, -inf)) makes three in forward and three in
+    backward. A row with every entry masked is nan, as torch's composition; with a bool
+    mask its gradient is zero, as masked_fill's backward makes it there.
+    """
+
+    @staticmethod
+    def forward(ctx, x, mask, scale, dim):
+        d = _dim(x, dim, "masked_softmax")
+        xp = backend.xp_for(x.device)
+        # a broadcast view of the mask at x's shape: stride 0 along its broadcast dims
+        M = None if mask is None else xp.broadcast_to(mask._array(), x.shape)
+        ctx.dim, ctx.scale = d, scale
+        ctx.bool_mask = mask is not None and mask.dtype is backend.bool_
+        ctx.mask_shape = None if mask is None else mask.shape
+        y = from_array(_on_last_dim(backend.kernels.masked_softmax_forward, xp, d,
+                                    x._array(), M, scale=scale))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        xp = backend.xp_for(y.device)
+        Y, G = y._array(), g._array()
+        nx, nmask = ctx.needs_input_grad[:2]
+        if not nmask:
+            return from_array(_on_last_dim(backend.kernels.masked_softmax_backward, xp,
+                                           ctx.dim, Y, G, scale=ctx.scale,
+                                           bool_mask=ctx.bool_mask)), None
+        gz = from_array(_on_last_dim(backend.kernels.softmax_backward, xp, ctx.dim, Y, G))
+        gx = from_array(gz._array() * Y.dtype.type(ctx.scale)) if nx else None
+        return gx, unbroadcast(gz, ctx.mask_shape)
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -461,6 +503,33 @@ def softmax(x, dim):
 def log_softmax(x, dim):
     _require_floating("log_softmax", x)
     return LogSoftmax.apply(x, dim)
+
+
+@op(MaskedSoftmax, functional=True)
+def masked_softmax(x, mask=None, *, scale=1.0, dim=-1):
+    """softmax((x * scale).masked_fill(mask, -inf), dim) for a bool mask (True = masked
+    out), softmax(x * scale + mask, dim) for a float (additive) mask of x's dtype, in one
+    op: the mask broadcasts to x's shape and is read where it lies, never expanded. The
+    attention idiom: masked_softmax(q @ k.mT, causal_mask, scale=1 / sqrt(head_size))."""
+    _require_floating("masked_softmax", x)
+    check_same_device("masked_softmax", x, mask)
+    if mask is not None:
+        if type(mask) is not Tensor:
+            raise TypeError(f"masked_softmax: mask must be a Tensor or None, got "
+                            f"{type(mask).__name__}")
+        if mask.dtype is not backend.bool_ and mask.dtype is not x.dtype:
+            raise RuntimeError(f"masked_softmax: expected a bool mask or one of x's dtype "
+                               f"{x.dtype.name}, got {mask.dtype.name}")
+        try:
+            fits = shp.broadcast_shapes(x.shape, mask.shape, op="masked_softmax") == x.shape
+        except ShapeError:
+            fits = False
+        if not fits:
+            raise ShapeError(f"masked_softmax: mask of shape {tuple(mask.shape)} does not "
+                             f"broadcast to the input's shape {tuple(x.shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"masked_softmax: scale must be a number, got {type(scale).__name__}")
+    return MaskedSoftmax.apply(x, mask, float(scale), dim)
 
 
 def _require_floating(op: str, x) -> None:

@@ -156,6 +156,12 @@ gelu_forward = _kernel("gelu_forward", 1)
 gelu_backward = _kernel("gelu_backward", 2)
 
 # ----------------------------------------------------------------------------- softmax
+softmax_forward = _kernel("softmax_forward", 1)
+softmax_backward = _kernel("softmax_backward", 2)
+log_softmax_forward = _kernel("log_softmax_forward", 1)
+log_softmax_backward = _kernel("log_softmax_backward", 2)
+masked_softmax_forward = _kernel("masked_softmax_forward", 1)  # the mask: checked inside
+masked_softmax_backward = _kernel("masked_softmax_backward", 2)
 
 # ----------------------------------------------------------------------------- norms, loss
 

@@ -59,6 +59,88 @@ def masked_fill(x, mask, value):
     return out
 
 
+# ----------------------------------------------------------------------------- softmax
+# Each kernel works over the last dim; an op that normalizes another dim hands it a view
+# with that dim moved last (no copy). The compiled twins take C-contiguous arrays only.
+
+
+def _array_module(a):
+    return np if isinstance(a, np.ndarray) else devices.cp
+
+
+def _softmax_inplace(z) -> None:
+    """z = exp(z - max) / sum(exp(z - max)) over the last dim, in place. A row of -inf
+    (every entry masked) gives nan, as torch: -inf - -inf is nan."""
+    xp = _array_module(z)
+    z -= xp.max(z, axis=-1, keepdims=True)
+    xp.exp(z, out=z)
+    z /= xp.sum(z, axis=-1, keepdims=True)
+
+
+def softmax_forward(x):
+    """y = exp(x - max) / sum(exp(x - max)) over the last dim (a new array)."""
+    y = x.copy(order="K")  # keeps x's memory order: a moved-axis view comes back in x's layout
+    if y.size:
+        _softmax_inplace(y)
+    return y
+
+
+def softmax_backward(y, g):
+    """gx = y * (g - sum(g * y)) over the last dim; one array of y's size."""
+    xp = _array_module(y)
+    gx = g * y
+    dot = xp.sum(gx, axis=-1, keepdims=True)
+    xp.subtract(g, dot, out=gx)
+    gx *= y
+    return gx
+
+
+def log_softmax_forward(x):
+    """y = (x - max) - log(sum(exp(x - max))) over the last dim."""
+    xp = _array_module(x)
+    if x.size == 0:
+        return x.copy()
+    y = x - xp.max(x, axis=-1, keepdims=True)
+    y -= xp.log(xp.sum(xp.exp(y), axis=-1, keepdims=True))
+    return y
+
+
+def log_softmax_backward(y, g):
+    """gx = g - exp(y) * sum(g) over the last dim."""
+    xp = _array_module(y)
+    gx = xp.exp(y)
+    gx *= xp.sum(g, axis=-1, keepdims=True)
+    xp.subtract(g, gx, out=gx)
+    return gx
+
+
+def masked_softmax_forward(x, mask, scale):
+    """y = softmax(z) over the last dim, z = (x * scale).masked_fill(mask, -inf) for a bool
+    mask, x * scale + mask for a float one (of x's dtype), x * scale for None. The mask
+    broadcasts to x's shape and is read, never expanded. Fully masked rows are nan."""
+    xp = _array_module(x)
+    z = x * x.dtype.type(scale)  # the one array made: scaled, masked and normalized in place
+    if mask is not None and mask.dtype == bool:
+        xp.copyto(z, -np.inf, where=mask)
+    elif mask is not None:
+        z += mask
+    if z.size:
+        _softmax_inplace(z)
+    return z
+
+
+def masked_softmax_backward(y, g, scale, bool_mask):
+    """gx = scale * y * (g - sum(g * y)) over the last dim. With a bool mask, rows whose
+    output is nan (every entry masked) get a zero gradient: torch's masked_fill backward
+    zeroes the masked entries, and in such a row that is every entry."""
+    gx = softmax_backward(y, g)
+    if scale != 1:
+        gx *= y.dtype.type(scale)
+    if bool_mask and y.size:
+        gx[_array_module(y).isnan(y[..., 0])] = 0
+    return gx
+
+
 _AS_P = 0.3275911
 _AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 _erf64 = np.frompyfunc(math.erf, 1, 1)
