@@ -20,13 +20,17 @@ with the table). The machine's float32 GEMM peak is measured in the same run.
     python benchmarks/vs_torch.py                              # small, shakespeare-b8
     python benchmarks/vs_torch.py --configs small,shakespeare-b8,shakespeare-b32 \\
         --attn views,flash --markdown vs_torch.md
+    python benchmarks/vs_torch.py --kernels numpy,numba --threads 2
+
+Our kernels run on each path of --kernels (ta.backend.set_kernels: "numpy", the reference;
+"numba", the compiled kernels; "auto"), one row each; `--threads` sets torch's threads and
+ours (ta.set_num_threads: OpenBLAS's and numba's pools).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import gc
 import json
 import math
@@ -224,30 +228,6 @@ def torch_cuda_peak(step) -> int:
 
 
 # ----------------------------------------------------------------------------- machine
-def openblas_threads(n: int | None = None):
-    """Get (and with n, set) the thread count of NumPy's OpenBLAS, found among the loaded
-    libraries; None where it cannot be found (NumPy linked to another BLAS)."""
-    try:
-        with open("/proc/self/maps") as f:
-            libs = {ln.split()[-1] for ln in f if "openblas" in ln.lower()}
-    except OSError:
-        return None
-    for path in sorted(libs):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", ""), ("openblas", "64_")):
-            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-            put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-            if get is None:
-                continue
-            if n is not None and put is not None:
-                put(ctypes.c_int(n))
-            return int(get())
-    return None
-
-
 def gemm_peak(n: int, repeat: int, device: str = "cpu") -> tuple[float, float | None]:
     """GFLOP/s of an n x n float32 matmul, best of `repeat`: (torch, ours).
 
@@ -398,14 +378,15 @@ def mib(b) -> str:
 
 
 def table(rows) -> str:
-    head = ("| config | B | attn | ours policy | ours step s | torch step s | ratio "
+    head = ("| config | B | attn | ours policy | kernels | ours step s | torch step s | ratio "
             "| ours saved MiB | torch saved MiB | ratio | ours peak MiB (tensor / raw) "
             "| torch peak MiB | GEMM fraction ours / torch |")
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         saved_ratio = r["ours_saved"] / r["torch_saved"] if r["torch_saved"] else float("nan")
         lines.append(
-            f"| {r['config']} | {r['batch']} | {r['attn']} | {r['policy']} | {r['ours_s']:.3f} "
+            f"| {r['config']} | {r['batch']} | {r['attn']} | {r['policy']} "
+            f"| {r.get('kernels', '-')} | {r['ours_s']:.3f} "
             f"| {r['torch_s']:.3f} | {r['ratio']:.2f} | {mib(r['ours_saved'])} "
             f"| {mib(r['torch_saved'])} | {saved_ratio:.2f} "
             f"| {mib(r['ours_peak'])} / {mib(r['ours_raw_peak'])} | {mib(r['torch_peak'])} "
@@ -457,7 +438,7 @@ def machine_line(threads: int, blas: int | None, peaks: tuple[float, float], n: 
             f"Python {platform.python_version()}, numpy {np.__version__}, torch "
             f"{torch.__version__}; torch threads {threads} (torch.set_num_threads; MKL/"
             f"OpenMP), NumPy OpenBLAS threads {blas if blas is not None else 'unknown'} "
-            f"(its own pool, set via openblas_set_num_threads); float32 GEMM peak "
+            f"and numba's (ta.set_num_threads); float32 GEMM peak "
             f"({n}x{n} matmul): torch {t:.0f} GFLOP/s, numpy {npk:.0f} GFLOP/s; "
             f"used {max(t, npk):.0f}.")
 
@@ -471,6 +452,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=None,
                    help="timed steps per config (default: small 6, shakespeare 3)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--kernels", default=None, help="comma-separated kernel paths for ours, "
+                   "from numpy,numba,auto (default: numpy,numba; numpy without numba)")
     p.add_argument("--quick", action="store_true", help="tiny config, 2 steps: a smoke test")
     p.add_argument("--markdown", default=None, help="also write the table to this path")
     p.add_argument("--policy", default="save,recompute",
@@ -497,6 +480,13 @@ def main(argv=None) -> int:
             p.error(f"unknown attention {a!r}; choose from {', '.join(ATTN)}")
 
     policies = [x.strip() for x in args.policy.split(",") if x.strip()]
+    default = "numpy,numba" if ta.backend.kernels.numba_available() else "numpy"
+    paths = [k.strip() for k in (args.kernels or default).split(",") if k.strip()]
+    for k in paths:
+        if k not in ta.backend.kernels.MODES:
+            p.error(f"unknown kernels {k!r}; choose from numpy, numba, auto")
+        if k != "numpy" and not ta.backend.kernels.numba_available():
+            p.error(f"--kernels {k}: numba is not installed")
     for pol in policies:
         if pol not in ("save", "recompute"):
             p.error(f"unknown policy {pol!r}; choose from save, recompute")
@@ -517,7 +507,8 @@ def main(argv=None) -> int:
     kept = ta.memory.keep_freed_host_memory() if args.host_cache == "on" else False
 
     torch.set_num_threads(args.threads)
-    blas = openblas_threads(args.threads)
+    ta.set_num_threads(args.threads)
+    blas = ta.backend.threads.openblas_num_threads()
     ref = load_reference()
     n = 1024 if args.quick else 4096
     peaks = gemm_peak(n, 3 if args.quick else 5, device)
@@ -532,11 +523,14 @@ def main(argv=None) -> int:
     for name in names:
         cfg = CONFIGS[name]
         steps = args.steps or (2 if args.quick else cfg.steps)
-        for attn, policy in [(a, pol) for a in attns for pol in policies]:
+        for attn, policy, kern in [(a, pol, k) for a in attns for pol in policies
+                                   for k in paths]:
             t0 = time.perf_counter()
+            ta.backend.set_kernels(kern)
             r = run_config(ref, cfg, attn, steps, peak, policy, device)
+            r["kernels"] = kern
             rows.append(r)
-            line = (f"{name:16s} {attn:5s} {policy:9s}: ours {r['ours_s']:.3f} s, torch "
+            line = (f"{name:16s} {attn:5s} {policy:9s} {kern:5s}: ours {r['ours_s']:.3f} s, torch "
                     f"{r['torch_s']:.3f} s, ratio {r['ratio']:.2f}; step-1 loss rel diff "
                     f"{r['rel_first']:.1e} (max over steps {r['rel_max']:.1e}); "
                     f"{time.perf_counter() - t0:.0f} s wall")
