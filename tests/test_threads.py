@@ -297,17 +297,18 @@ def test_other_libraries_variables_give_the_count():
     assert out.stdout.split() == ["1"], out.stderr
 
 
-@pytest.mark.parametrize("user_value", [None, "20"])
+@pytest.mark.parametrize("user_value", [None, "", "20"])
 def test_openblas_thread_timeout_set_only_while_numpy_loads(user_value):
     env = {} if user_value is None else {"OPENBLAS_THREAD_TIMEOUT": user_value}
     out = _run("""
         import os, tinygrad_attn
-        print(os.environ.get("OPENBLAS_THREAD_TIMEOUT"))
+        print(repr(os.environ.get("OPENBLAS_THREAD_TIMEOUT")))
         """, **env)
-    assert out.stdout.split() == [str(user_value)], out.stderr
+    assert out.stdout.split() == [repr(user_value)], out.stderr
 
 
-def test_openblas_workers_sleep_after_a_gemm():
+@pytest.mark.parametrize("env", [{}, {"OPENBLAS_THREAD_TIMEOUT": ""}])
+def test_openblas_workers_sleep_after_a_gemm(env):
     """OpenBLAS's workers spin for about 0.1 s after a GEMM unless OPENBLAS_THREAD_TIMEOUT is
     small: the CPU time the process uses while its main thread sleeps shows which."""
     if len(os.sched_getaffinity(0)) < 2:
@@ -330,7 +331,7 @@ def test_openblas_workers_sleep_after_a_gemm():
             time.sleep(0.2)
             used.append(cpu() - start)
         print(threads.openblas_num_threads(), max(used))
-        """)
+        """, **env)
     assert out.returncode == 0, out.stderr
     blas, used = out.stdout.split()
     if blas in ("None", "1"):

@@ -7,7 +7,8 @@ OMP_NUM_THREADS, OPENBLAS_NUM_THREADS or NUMBA_NUM_THREADS; the CPUs this proces
 
 This module is imported before anything else in the project loads NumPy, because OpenBLAS
 reads its environment once, when NumPy loads it. If NumPy is not loaded yet, it loads it
-here with two variables set for that moment (and restored after; ones the user set win):
+here with two variables set for that moment (and restored after; non-empty ones the user
+set win):
 
     OPENBLAS_THREAD_TIMEOUT=4       OpenBLAS's workers go to sleep as soon as a GEMM ends,
                                     instead of spinning for about 0.1 s (2^28 cycles) on the
@@ -83,13 +84,16 @@ def _load_numpy() -> None:
         wanted["OPENBLAS_NUM_THREADS"] = str(n)
     saved = {k: os.environ.get(k) for k in wanted}
     for k, value in wanted.items():
-        os.environ.setdefault(k, value)
+        if not (saved[k] or "").strip():  # unset or empty: OpenBLAS would use its default
+            os.environ[k] = value
     try:
         import numpy  # noqa: F401 - the load OpenBLAS reads its environment at
     finally:
         for k, value in saved.items():
             if value is None:
                 os.environ.pop(k, None)
+            else:
+                os.environ[k] = value
 
 
 def _openblas():
