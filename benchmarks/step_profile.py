@@ -139,6 +139,27 @@ def kernel_names() -> list[str]:
     return sorted(n for n in dir(kernels) if hasattr(getattr(kernels, n), "__wrapped__"))
 
 
+def training_step(batch: int, attn: str):
+    """One training step of the shakespeare-char GPT on a fixed batch, as a function."""
+    ta.manual_seed(0)
+    cfg = nn.GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384,
+                       dropout=0.0, attn=attn)
+    model = nn.GPT(cfg)
+    opt = nn.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
+                         weight_decay=0.1)
+    rng = np.random.default_rng(0)
+    idx = ta.tensor(rng.integers(0, 65, (batch, 256)))
+    tgt = ta.tensor(rng.integers(0, 65, (batch, 256)))
+
+    def step():
+        _, loss = model(idx, tgt)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return step
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=8)
@@ -160,22 +181,7 @@ def main(argv=None) -> int:
     ta.set_num_threads(args.threads)
     ta.memory.save_policy("gelu", args.policy)
     ta.memory.save_policy("layer_norm", args.policy)
-    ta.manual_seed(0)
-    cfg = nn.GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384,
-                       dropout=0.0, attn=args.attn)
-    model = nn.GPT(cfg)
-    opt = nn.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
-                         weight_decay=0.1)
-    rng = np.random.default_rng(0)
-    idx = ta.tensor(rng.integers(0, 65, (args.batch, 256)))
-    tgt = ta.tensor(rng.integers(0, 65, (args.batch, 256)))
-
-    def step():
-        _, loss = model(idx, tgt)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-
+    step = training_step(args.batch, args.attn)
     step()  # warm-up: optimizer state, first-touch of the heap
     plain, faults, sys_s = [], [], []
     for _ in range(args.steps):

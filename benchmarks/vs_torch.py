@@ -443,7 +443,9 @@ def machine_line(threads: int, blas: int | None, peaks: tuple[float, float], n: 
             f"used {max(t, npk):.0f}.")
 
 
-def main(argv=None) -> int:
+def parse(argv):
+    """The arguments, with the comma-separated lists split and checked (as args.names,
+    args.attns, args.policies, args.paths)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--configs", default="small,shakespeare-b8",
                    help=f"comma-separated, from {','.join(CONFIGS)}")
@@ -464,12 +466,6 @@ def main(argv=None) -> int:
                    help="keep freed host memory in the process (ta.memory."
                         "keep_freed_host_memory; process-wide, so torch runs under it too)")
     args = p.parse_args(argv)
-
-    if torch is None:
-        print("vs_torch.py compares against PyTorch, which is not installed: "
-              "pip install torch (CPU) to run it. Nothing measured.")
-        return 0
-
     names = ["tiny"] if args.quick else [c.strip() for c in args.configs.split(",") if c]
     attns = [a.strip() for a in args.attn.split(",") if a.strip()]
     for name in names:
@@ -490,9 +486,52 @@ def main(argv=None) -> int:
     for pol in policies:
         if pol not in ("save", "recompute"):
             p.error(f"unknown policy {pol!r}; choose from save, recompute")
+    if args.device not in ("cpu", "cuda"):
+        p.error(f"unknown device {args.device!r}; choose cpu or cuda")
+    args.names, args.attns, args.policies, args.paths = names, attns, policies, paths
+    return args
+
+
+def run_rows(ref, args, peak: float, device: str):
+    """Every (config, attention, policy, kernel path) row: (rows, warnings)."""
+    rows, warnings = [], []
+    for name in args.names:
+        cfg = CONFIGS[name]
+        steps = args.steps or (2 if args.quick else cfg.steps)
+        for attn, policy, kern in [(a, pol, k) for a in args.attns for pol in args.policies
+                                   for k in args.paths]:
+            t0 = time.perf_counter()
+            ta.backend.set_kernels(kern)
+            r = run_config(ref, cfg, attn, steps, peak, policy, device)
+            r["kernels"] = kern
+            rows.append(r)
+            line = (f"{name:16s} {attn:5s} {policy:9s} {kern:5s}: ours {r['ours_s']:.3f} s, "
+                    f"torch {r['torch_s']:.3f} s, ratio {r['ratio']:.2f}; step-1 loss rel diff "
+                    f"{r['rel_first']:.1e} (max over steps {r['rel_max']:.1e}); "
+                    f"{time.perf_counter() - t0:.0f} s wall")
+            print(line, flush=True)
+            if r["rel_first"] > TOLERANCE:
+                w = (f"WARNING: {name} {attn}: step-1 losses differ by {r['rel_first']:.2e} "
+                     f"relative (> {TOLERANCE:g}): ours {r['losses'][0][0]:.7f}, torch "
+                     f"{r['losses'][0][1]:.7f}")
+                warnings.append(w)
+                print(w, flush=True)
+            if r["ours_saved"] != r["ours_saved_walk"]:
+                print(f"note: {name} {attn}: ledger saved peak {mib(r['ours_saved'])} MiB, "
+                      f"ta.memory.saved_bytes(loss) after forward "
+                      f"{mib(r['ours_saved_walk'])} MiB", flush=True)
+            del r["losses"]
+            gc.collect()
+    return rows, warnings
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if torch is None:
+        print("vs_torch.py compares against PyTorch, which is not installed: "
+              "pip install torch (CPU) to run it. Nothing measured.")
+        return 0
     device = args.device
-    if device not in ("cpu", "cuda"):
-        p.error(f"unknown device {device!r}; choose cpu or cuda")
     if device == "cuda":
         if not (ta.cuda.is_available() and torch.cuda.is_available()):
             print("--device cuda needs CuPy and torch with a CUDA GPU; none here. "
@@ -519,34 +558,7 @@ def main(argv=None) -> int:
                 " Host memory: glibc's defaults (freed large blocks go back to the system).")
     print(machine, flush=True)
 
-    rows, warnings = [], []
-    for name in names:
-        cfg = CONFIGS[name]
-        steps = args.steps or (2 if args.quick else cfg.steps)
-        for attn, policy, kern in [(a, pol, k) for a in attns for pol in policies
-                                   for k in paths]:
-            t0 = time.perf_counter()
-            ta.backend.set_kernels(kern)
-            r = run_config(ref, cfg, attn, steps, peak, policy, device)
-            r["kernels"] = kern
-            rows.append(r)
-            line = (f"{name:16s} {attn:5s} {policy:9s} {kern:5s}: ours {r['ours_s']:.3f} s, torch "
-                    f"{r['torch_s']:.3f} s, ratio {r['ratio']:.2f}; step-1 loss rel diff "
-                    f"{r['rel_first']:.1e} (max over steps {r['rel_max']:.1e}); "
-                    f"{time.perf_counter() - t0:.0f} s wall")
-            print(line, flush=True)
-            if r["rel_first"] > TOLERANCE:
-                w = (f"WARNING: {name} {attn}: step-1 losses differ by {r['rel_first']:.2e} "
-                     f"relative (> {TOLERANCE:g}): ours {r['losses'][0][0]:.7f}, torch "
-                     f"{r['losses'][0][1]:.7f}")
-                warnings.append(w)
-                print(w, flush=True)
-            if r["ours_saved"] != r["ours_saved_walk"]:
-                print(f"note: {name} {attn}: ledger saved peak {mib(r['ours_saved'])} MiB, "
-                      f"ta.memory.saved_bytes(loss) after forward "
-                      f"{mib(r['ours_saved_walk'])} MiB", flush=True)
-            del r["losses"]
-            gc.collect()
+    rows, warnings = run_rows(ref, args, peak, device)
 
     parts = [machine, table(rows), NOTES.rstrip()]
     if warnings:
