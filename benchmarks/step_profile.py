@@ -6,9 +6,15 @@ backward with a timer for the run (nested calls, such as a recompute inside a Ma
 backward, count in both). NumPy's matmul is wrapped too, to give each GEMM shape its time
 and GFLOP/s. Minor page faults and system time come from getrusage around each step.
 
+The fused kernels run inside the Functions, so the op table covers them; the kernel table
+adds, per kernel, its calls on each path (`backend.kernels.calls`) and the time of the
+compiled ones (the compiled module's functions are wrapped with a timer once it loads).
+`--kernels` picks the path (ta.backend.set_kernels), `--threads` the thread count.
+
     python benchmarks/step_profile.py                         # shakespeare-char, B 8, views
     python benchmarks/step_profile.py --batch 32 --attn flash --policy recompute
     python benchmarks/step_profile.py --host-cache off        # glibc's default allocator
+    python benchmarks/step_profile.py --kernels numpy         # the reference kernels only
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import numpy as np
 
 import nn
 import tinygrad_attn as ta
+from tinygrad_attn.backend import kernels
 
 
 def subclasses(cls):
@@ -39,6 +46,7 @@ class Timers:
     def __init__(self):
         self.ops = collections.defaultdict(float)
         self.gemm = collections.defaultdict(lambda: [0, 0.0, 0.0])
+        self.compiled = collections.defaultdict(float)
         self._undo = []
 
     def _wrap_method(self, cls, name):
@@ -92,15 +100,64 @@ class Timers:
 
         np.matmul = timed_matmul
         self._undo.append((np, "matmul", matmul))
+        self._wrap_compiled()
+
+    def _wrap_compiled(self):
+        """Time the compiled kernels (the layer looks each one up on the module per call)."""
+        if kernels.get_kernels() == "numpy" or not kernels.numba_available():
+            return
+        module = kernels._load_compiled()
+        compiled = self.compiled
+        for name in kernel_names():
+            fn = getattr(module, name, None)
+            if fn is None:
+                continue
+
+            def timed(*args, _fn=fn, _name=name, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return _fn(*args, **kwargs)
+                finally:
+                    compiled[_name] += time.perf_counter() - t0
+
+            setattr(module, name, timed)
+            self._undo.append((module, name, fn))
 
     def clear(self):
         self.ops.clear()
         self.gemm.clear()
+        self.compiled.clear()
 
     def uninstall(self):
         for obj, name, raw in reversed(self._undo):
             setattr(obj, name, raw)
         self._undo = []
+
+
+def kernel_names() -> list[str]:
+    """The kernels with a choice of path (declared with the layer's _kernel)."""
+    return sorted(n for n in dir(kernels) if hasattr(getattr(kernels, n), "__wrapped__"))
+
+
+def training_step(batch: int, attn: str):
+    """One training step of the shakespeare-char GPT on a fixed batch, as a function."""
+    ta.manual_seed(0)
+    cfg = nn.GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384,
+                       dropout=0.0, attn=attn)
+    model = nn.GPT(cfg)
+    opt = nn.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
+                         weight_decay=0.1)
+    rng = np.random.default_rng(0)
+    idx = ta.tensor(rng.integers(0, 65, (batch, 256)))
+    tgt = ta.tensor(rng.integers(0, 65, (batch, 256)))
+
+    def step():
+        _, loss = model(idx, tgt)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return step
 
 
 def main(argv=None) -> int:
@@ -111,6 +168,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--host-cache", choices=("on", "off"), default="on")
     p.add_argument("--top", type=int, default=20)
+    p.add_argument("--kernels", default="auto", choices=kernels.MODES)
+    p.add_argument("--threads", type=int, default=ta.get_num_threads())
     args = p.parse_args(argv)
 
     if args.host_cache == "off" and os.environ.get("TINYGRAD_ATTN_KEEP_HOST_MEMORY") != "0":
@@ -118,24 +177,11 @@ def main(argv=None) -> int:
         # from the start: rerun this script with the engine's opt-out set
         os.environ["TINYGRAD_ATTN_KEEP_HOST_MEMORY"] = "0"
         os.execv(sys.executable, [sys.executable, *sys.argv])
+    ta.backend.set_kernels(args.kernels)
+    ta.set_num_threads(args.threads)
     ta.memory.save_policy("gelu", args.policy)
     ta.memory.save_policy("layer_norm", args.policy)
-    ta.manual_seed(0)
-    cfg = nn.GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384,
-                       dropout=0.0, attn=args.attn)
-    model = nn.GPT(cfg)
-    opt = nn.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
-                         weight_decay=0.1)
-    rng = np.random.default_rng(0)
-    idx = ta.tensor(rng.integers(0, 65, (args.batch, 256)))
-    tgt = ta.tensor(rng.integers(0, 65, (args.batch, 256)))
-
-    def step():
-        _, loss = model(idx, tgt)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-
+    step = training_step(args.batch, args.attn)
     step()  # warm-up: optimizer state, first-touch of the heap
     plain, faults, sys_s = [], [], []
     for _ in range(args.steps):
@@ -152,16 +198,23 @@ def main(argv=None) -> int:
     try:
         step()
         timers.clear()
+        before = kernels.calls.copy()
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
         timed = (time.perf_counter() - t0) / args.steps
+        counts = kernels.calls - before
     finally:
         timers.uninstall()
+    report(args, timers, counts, plain, faults, sys_s, timed)
+    return 0
 
+
+def report(args, timers, counts, plain, faults, sys_s, timed) -> None:
     n = args.steps
     print(f"shakespeare-char GPT, batch {args.batch}, attn {args.attn}, policy {args.policy}, "
-          f"host cache {args.host_cache}; {n} steps after one warm-up")
+          f"host cache {args.host_cache}, kernels {args.kernels}, threads {args.threads}; "
+          f"{n} steps after one warm-up")
     print(f"step s (median, untimed run) {statistics.median(plain):.3f}; with timers "
           f"{timed:.3f}; minor page faults per step {statistics.median(faults):.0f}; "
           f"system time per step {statistics.median(sys_s):.3f} s")
@@ -182,7 +235,14 @@ def main(argv=None) -> int:
                                                           key=lambda kv: -kv[1][1])[:12]:
         print(f"| {ash} ({ast}) | {bsh} ({bst}) | {calls // n} | {secs / n * 1e3:.1f} "
               f"| {fl / secs / 1e9:.0f} |")
-    return 0
+    print()
+    print("| kernel | numba calls per step | numpy calls per step | compiled ms per step |")
+    print("|---|---:|---:|---:|")
+    for name in kernel_names():
+        nb, ref = counts[name, "numba"] / n, counts[name, "numpy"] / n
+        if nb or ref:
+            ms = f"{timers.compiled[name] / n * 1e3:.1f}" if nb else "-"
+            print(f"| {name} | {nb:g} | {ref:g} | {ms} |")
 
 
 if __name__ == "__main__":

@@ -20,13 +20,17 @@ with the table). The machine's float32 GEMM peak is measured in the same run.
     python benchmarks/vs_torch.py                              # small, shakespeare-b8
     python benchmarks/vs_torch.py --configs small,shakespeare-b8,shakespeare-b32 \\
         --attn views,flash --markdown vs_torch.md
+    python benchmarks/vs_torch.py --kernels numpy,numba --threads 2
+
+Our kernels run on each path of --kernels (ta.backend.set_kernels: "numpy", the reference;
+"numba", the compiled kernels; "auto"), one row each; `--threads` sets torch's threads and
+ours (ta.set_num_threads: OpenBLAS's and numba's pools).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import gc
 import json
 import math
@@ -224,30 +228,6 @@ def torch_cuda_peak(step) -> int:
 
 
 # ----------------------------------------------------------------------------- machine
-def openblas_threads(n: int | None = None):
-    """Get (and with n, set) the thread count of NumPy's OpenBLAS, found among the loaded
-    libraries; None where it cannot be found (NumPy linked to another BLAS)."""
-    try:
-        with open("/proc/self/maps") as f:
-            libs = {ln.split()[-1] for ln in f if "openblas" in ln.lower()}
-    except OSError:
-        return None
-    for path in sorted(libs):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", ""), ("openblas", "64_")):
-            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-            put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-            if get is None:
-                continue
-            if n is not None and put is not None:
-                put(ctypes.c_int(n))
-            return int(get())
-    return None
-
-
 def gemm_peak(n: int, repeat: int, device: str = "cpu") -> tuple[float, float | None]:
     """GFLOP/s of an n x n float32 matmul, best of `repeat`: (torch, ours).
 
@@ -398,14 +378,15 @@ def mib(b) -> str:
 
 
 def table(rows) -> str:
-    head = ("| config | B | attn | ours policy | ours step s | torch step s | ratio "
+    head = ("| config | B | attn | ours policy | kernels | ours step s | torch step s | ratio "
             "| ours saved MiB | torch saved MiB | ratio | ours peak MiB (tensor / raw) "
             "| torch peak MiB | GEMM fraction ours / torch |")
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         saved_ratio = r["ours_saved"] / r["torch_saved"] if r["torch_saved"] else float("nan")
         lines.append(
-            f"| {r['config']} | {r['batch']} | {r['attn']} | {r['policy']} | {r['ours_s']:.3f} "
+            f"| {r['config']} | {r['batch']} | {r['attn']} | {r['policy']} "
+            f"| {r.get('kernels', '-')} | {r['ours_s']:.3f} "
             f"| {r['torch_s']:.3f} | {r['ratio']:.2f} | {mib(r['ours_saved'])} "
             f"| {mib(r['torch_saved'])} | {saved_ratio:.2f} "
             f"| {mib(r['ours_peak'])} / {mib(r['ours_raw_peak'])} | {mib(r['torch_peak'])} "
@@ -457,12 +438,14 @@ def machine_line(threads: int, blas: int | None, peaks: tuple[float, float], n: 
             f"Python {platform.python_version()}, numpy {np.__version__}, torch "
             f"{torch.__version__}; torch threads {threads} (torch.set_num_threads; MKL/"
             f"OpenMP), NumPy OpenBLAS threads {blas if blas is not None else 'unknown'} "
-            f"(its own pool, set via openblas_set_num_threads); float32 GEMM peak "
+            f"and numba's (ta.set_num_threads); float32 GEMM peak "
             f"({n}x{n} matmul): torch {t:.0f} GFLOP/s, numpy {npk:.0f} GFLOP/s; "
             f"used {max(t, npk):.0f}.")
 
 
-def main(argv=None) -> int:
+def parse(argv):
+    """The arguments, with the comma-separated lists split and checked (as args.names,
+    args.attns, args.policies, args.paths)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--configs", default="small,shakespeare-b8",
                    help=f"comma-separated, from {','.join(CONFIGS)}")
@@ -471,6 +454,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=None,
                    help="timed steps per config (default: small 6, shakespeare 3)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--kernels", default=None, help="comma-separated kernel paths for ours, "
+                   "from numpy,numba,auto (default: numpy,numba; numpy without numba)")
     p.add_argument("--quick", action="store_true", help="tiny config, 2 steps: a smoke test")
     p.add_argument("--markdown", default=None, help="also write the table to this path")
     p.add_argument("--policy", default="save,recompute",
@@ -481,12 +466,6 @@ def main(argv=None) -> int:
                    help="keep freed host memory in the process (ta.memory."
                         "keep_freed_host_memory; process-wide, so torch runs under it too)")
     args = p.parse_args(argv)
-
-    if torch is None:
-        print("vs_torch.py compares against PyTorch, which is not installed: "
-              "pip install torch (CPU) to run it. Nothing measured.")
-        return 0
-
     names = ["tiny"] if args.quick else [c.strip() for c in args.configs.split(",") if c]
     attns = [a.strip() for a in args.attn.split(",") if a.strip()]
     for name in names:
@@ -497,47 +476,37 @@ def main(argv=None) -> int:
             p.error(f"unknown attention {a!r}; choose from {', '.join(ATTN)}")
 
     policies = [x.strip() for x in args.policy.split(",") if x.strip()]
+    default = "numpy,numba" if ta.backend.kernels.numba_available() else "numpy"
+    paths = [k.strip() for k in (args.kernels or default).split(",") if k.strip()]
+    for k in paths:
+        if k not in ta.backend.kernels.MODES:
+            p.error(f"unknown kernels {k!r}; choose from numpy, numba, auto")
+        if k != "numpy" and not ta.backend.kernels.numba_available():
+            p.error(f"--kernels {k}: numba is not installed")
     for pol in policies:
         if pol not in ("save", "recompute"):
             p.error(f"unknown policy {pol!r}; choose from save, recompute")
-    device = args.device
-    if device not in ("cpu", "cuda"):
-        p.error(f"unknown device {device!r}; choose cpu or cuda")
-    if device == "cuda":
-        if not (ta.cuda.is_available() and torch.cuda.is_available()):
-            print("--device cuda needs CuPy and torch with a CUDA GPU; none here. "
-                  "Nothing measured.")
-            return 0
-        device = "cuda:0"
-    if args.host_cache == "off" and os.environ.get("TINYGRAD_ATTN_KEEP_HOST_MEMORY") != "0":
-        # glibc's untouched malloc (its dynamic mmap threshold) needs the setting left alone
-        # from the start: rerun this script with the engine's opt-out set
-        os.environ["TINYGRAD_ATTN_KEEP_HOST_MEMORY"] = "0"
-        os.execv(sys.executable, [sys.executable, *sys.argv])
-    kept = ta.memory.keep_freed_host_memory() if args.host_cache == "on" else False
+    if args.device not in ("cpu", "cuda"):
+        p.error(f"unknown device {args.device!r}; choose cpu or cuda")
+    args.names, args.attns, args.policies, args.paths = names, attns, policies, paths
+    return args
 
-    torch.set_num_threads(args.threads)
-    blas = openblas_threads(args.threads)
-    ref = load_reference()
-    n = 1024 if args.quick else 4096
-    peaks = gemm_peak(n, 3 if args.quick else 5, device)
-    peak = max(peaks)
-    machine = machine_line(torch.get_num_threads(), blas, peaks, n, device)
-    machine += (" Host memory: freed memory kept in the process (glibc mallopt; process-wide, "
-                "so torch's steps run under it too)." if kept else
-                " Host memory: glibc's defaults (freed large blocks go back to the system).")
-    print(machine, flush=True)
 
+def run_rows(ref, args, peak: float, device: str):
+    """Every (config, attention, policy, kernel path) row: (rows, warnings)."""
     rows, warnings = [], []
-    for name in names:
+    for name in args.names:
         cfg = CONFIGS[name]
         steps = args.steps or (2 if args.quick else cfg.steps)
-        for attn, policy in [(a, pol) for a in attns for pol in policies]:
+        for attn, policy, kern in [(a, pol, k) for a in args.attns for pol in args.policies
+                                   for k in args.paths]:
             t0 = time.perf_counter()
+            ta.backend.set_kernels(kern)
             r = run_config(ref, cfg, attn, steps, peak, policy, device)
+            r["kernels"] = kern
             rows.append(r)
-            line = (f"{name:16s} {attn:5s} {policy:9s}: ours {r['ours_s']:.3f} s, torch "
-                    f"{r['torch_s']:.3f} s, ratio {r['ratio']:.2f}; step-1 loss rel diff "
+            line = (f"{name:16s} {attn:5s} {policy:9s} {kern:5s}: ours {r['ours_s']:.3f} s, "
+                    f"torch {r['torch_s']:.3f} s, ratio {r['ratio']:.2f}; step-1 loss rel diff "
                     f"{r['rel_first']:.1e} (max over steps {r['rel_max']:.1e}); "
                     f"{time.perf_counter() - t0:.0f} s wall")
             print(line, flush=True)
@@ -553,6 +522,43 @@ def main(argv=None) -> int:
                       f"{mib(r['ours_saved_walk'])} MiB", flush=True)
             del r["losses"]
             gc.collect()
+    return rows, warnings
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if torch is None:
+        print("vs_torch.py compares against PyTorch, which is not installed: "
+              "pip install torch (CPU) to run it. Nothing measured.")
+        return 0
+    device = args.device
+    if device == "cuda":
+        if not (ta.cuda.is_available() and torch.cuda.is_available()):
+            print("--device cuda needs CuPy and torch with a CUDA GPU; none here. "
+                  "Nothing measured.")
+            return 0
+        device = "cuda:0"
+    if args.host_cache == "off" and os.environ.get("TINYGRAD_ATTN_KEEP_HOST_MEMORY") != "0":
+        # glibc's untouched malloc (its dynamic mmap threshold) needs the setting left alone
+        # from the start: rerun this script with the engine's opt-out set
+        os.environ["TINYGRAD_ATTN_KEEP_HOST_MEMORY"] = "0"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+    kept = ta.memory.keep_freed_host_memory() if args.host_cache == "on" else False
+
+    torch.set_num_threads(args.threads)
+    ta.set_num_threads(args.threads)
+    blas = ta.backend.threads.openblas_num_threads()
+    ref = load_reference()
+    n = 1024 if args.quick else 4096
+    peaks = gemm_peak(n, 3 if args.quick else 5, device)
+    peak = max(peaks)
+    machine = machine_line(torch.get_num_threads(), blas, peaks, n, device)
+    machine += (" Host memory: freed memory kept in the process (glibc mallopt; process-wide, "
+                "so torch's steps run under it too)." if kept else
+                " Host memory: glibc's defaults (freed large blocks go back to the system).")
+    print(machine, flush=True)
+
+    rows, warnings = run_rows(ref, args, peak, device)
 
     parts = [machine, table(rows), NOTES.rstrip()]
     if warnings:

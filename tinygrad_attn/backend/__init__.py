@@ -19,9 +19,10 @@ spelling differs between the two libraries (strided views, scatter-add, erf, RNG
 The names below are the backend's API (`backend.xp_for(...)`, `backend.float32`).
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 - threads first: see its line
 
-from . import devices, kernels, threads  # noqa: F401
+from . import threads  # noqa: F401 - first: it loads NumPy, with OpenBLAS's variables set
+from . import devices, kernels  # noqa: F401
 from .devices import (  # noqa: F401
     _install_array_module,
     canonical_device,

@@ -23,6 +23,11 @@ The mode comes from the environment variable TINYGRAD_ATTN_KERNELS (auto, numba,
 import, and from `set_kernels(mode)` at run time. `calls` counts, per (kernel, path), the
 calls made, so a test can check which path ran. docs/kernels.md has the design and the
 measurements.
+
+Compiled kernels run one at a time, under a lock: numba's "workqueue" threading layer
+aborts the process when two Python threads launch parallel kernels at once, and a kernel
+holding the GIL does not prevent that. Each thread's first compiled call also gives numba
+the engine's thread count, which numba keeps per thread (threads.py).
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ import collections
 import importlib
 import importlib.util
 import os
+import threading
 
 import numpy as np
 
+from .. import threads
 from . import reference
 
 MODES = ("auto", "numba", "numpy")
@@ -44,6 +51,9 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 calls: collections.Counter = collections.Counter()  # (kernel name, "numba" | "numpy") -> n
 
 _state = {"mode": "auto", "compiled": None}
+_state["launch"] = threading.RLock()  # one compiled kernel at a time (see the docstring)
+# a child forked while another thread held the lock would wait on it forever: a fresh one
+os.register_at_fork(after_in_child=lambda: _state.update(launch=threading.RLock()))
 
 
 def _check_mode(mode, where: str) -> str:
@@ -61,9 +71,7 @@ def _load_compiled():
     """The compiled module, imported on first use (this is when numba is imported)."""
     if _state["compiled"] is None:
         _state["compiled"] = importlib.import_module(".compiled", __name__)
-        from .. import threads  # the compiled pool follows the engine's thread count
-
-        threads.apply_to_compiled(_state["compiled"])
+        threads.apply_to_compiled(_state["compiled"])  # its pool follows the engine's count
     return _state["compiled"]
 
 
@@ -131,7 +139,11 @@ def _kernel(name: str, n_float: int):
     def call(*args, **kwargs):
         if _use_compiled(args[:n_float]):
             fast = getattr(_load_compiled(), name, None)
-            out = NotImplemented if fast is None else fast(*args, **kwargs)
+            out = NotImplemented
+            if fast is not None:
+                with _state["launch"]:
+                    threads.sync_compiled()
+                    out = fast(*args, **kwargs)
             if out is not NotImplemented:
                 calls[name, "numba"] += 1
                 return out

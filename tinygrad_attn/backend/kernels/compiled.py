@@ -17,15 +17,16 @@ How the kernels are written, and why (docs/kernels.md has the measurements):
   float64 kernels use `math.exp`/`math.erf` (exact to rounding; float64 is for checks).
 - `cache=True`: each kernel compiles once per dtype on first use (a fraction of a second)
   and loads from numba's on-disk cache after that (milliseconds).
-- The threading layer is "workqueue", chosen before any kernel runs: numba's own pool, no
-  OpenMP runtime to fight OpenBLAS's, and safe across `fork`. It is not safe for two
-  threads launching parallel kernels at once; the kernels here do not release the GIL, so
-  two Python threads' calls run one after the other.
+- The threading layer is "workqueue" (unless NUMBA_THREADING_LAYER says otherwise), chosen
+  before any kernel runs: numba's own pool, no OpenMP runtime to fight OpenBLAS's, and safe
+  across `fork`. It aborts the process when two threads launch parallel kernels at once,
+  GIL or no GIL, so `kernels/__init__.py` calls the kernels here under one lock.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numba
 import numpy as np
@@ -33,7 +34,8 @@ from llvmlite import ir
 from numba import njit, prange, types  # noqa: F401 - prange: the kernels below
 from numba.extending import intrinsic, overload
 
-numba.config.THREADING_LAYER = "workqueue"
+if not os.environ.get("NUMBA_THREADING_LAYER"):  # the user's choice, where made, wins
+    numba.config.THREADING_LAYER = "workqueue"
 
 JIT = {"cache": True}  # serial kernels
 PAR = {"cache": True, "parallel": True}  # kernels spread over the threads
