@@ -66,6 +66,13 @@ def sum_to(arr, shape: tuple, xp):
     axes = tuple(range(lead)) + tuple(
         lead + i for i, s in enumerate(shape) if s == 1 and arr.shape[lead + i] != 1
     )
+    k = len(axes)
+    features = shp.numel(arr.shape[k:])
+    if axes == tuple(range(k)) and features and arr.flags.c_contiguous:
+        # only leading dims summed away (a bias's gradient): a sum over the rows of a
+        # (rows, features) view, which the compiled kernel spreads over the threads
+        rows = arr.reshape(shp.numel(arr.shape[:k]), features)
+        return backend.kernels.sum_rows(rows).reshape(shape)
     return xp.sum(arr, axis=axes, keepdims=True).reshape(shape)
 
 

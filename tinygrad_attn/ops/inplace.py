@@ -45,6 +45,18 @@ def _value(x, dtype):
     return x._array() if type(x) is Tensor else x
 
 
+def _adds_rows(x: Tensor, other, X, O) -> bool:
+    """Whether x += other adds one row to every row of x: other is a separate tensor of x's
+    dtype whose shape (leading 1s aside) is x's trailing dims, both C-contiguous."""
+    if type(other) is not Tensor or other._storage is x._storage or O.dtype != X.dtype:
+        return False
+    shape = tuple(other.shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return (0 < len(shape) < X.ndim and X.shape[X.ndim - len(shape):] == shape and O.size > 0
+            and X.flags.c_contiguous and O.flags.c_contiguous)
+
+
 class AddInplace(Function):
     """x += alpha * other;  gx = g, g_other = alpha * g (summed to its shape). Saves nothing."""
 
@@ -53,8 +65,10 @@ class AddInplace(Function):
         X, O = x._array(), _value(other, x.dtype)
         if alpha != 1:
             O = O * alpha
-        xp = backend.xp_for(x.device)
-        xp.add(X, O, out=X, casting="unsafe")
+        if _adds_rows(x, other, X, O):  # a bias: the compiled kernel spreads the rows
+            backend.kernels.add_rows(X.reshape(-1, O.size), O.reshape(-1))
+        else:
+            backend.xp_for(x.device).add(X, O, out=X, casting="unsafe")
         ctx.mark_dirty(x)
         ctx.alpha, ctx.other_shape = alpha, getattr(other, "shape", ())
         return x
@@ -299,19 +313,13 @@ def setitem(x: Tensor, index, value) -> None:
     SetItem.apply(x, value, index=resolved)
 
 
-@op()  # no graph node; ta.functional names it by hand, nn.functional does not
-def adamw_update_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *,
-                  lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-                  step: int) -> Tensor:
-    """One fused AdamW step, in place on param, exp_avg and exp_avg_sq (torch.optim.AdamW's
-    arithmetic; see backend.adamw_update). Not differentiable: call it under ta.no_grad().
+_ADAMW_NAMES = ("param", "grad", "exp_avg", "exp_avg_sq")
 
-    It allocates no Storage: on CPU the update runs block by block through one small
-    scratch buffer instead of the parameter-sized temporaries that a chain of in-place ops
-    (grad * grad, exp_avg_sq.sqrt(), ...) needs. Returns param."""
-    op = "adamw_update_"
-    names = ("param", "grad", "exp_avg", "exp_avg_sq")
-    tensors = (param, grad, exp_avg, exp_avg_sq)
+
+def _check_adamw_quad(op: str, tensors) -> None:
+    """One (param, grad, exp_avg, exp_avg_sq): tensors of param's shape and float dtype, on
+    one device, four distinct buffers (p, m, v are written while g, m, v are read)."""
+    names, param = _ADAMW_NAMES, tensors[0]
     for name, t in zip(names, tensors):
         if type(t) is not Tensor:
             raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
@@ -325,21 +333,75 @@ def adamw_update_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
         if t.dtype != param.dtype:
             raise TypeError(f"{op}: {name} is {t.dtype.name}, param is {param.dtype.name}")
     check_same_device(op, *tensors)
-    for i in range(4):  # p, m, v are written while g, m, v are read: no two may overlap
+    for i in range(4):
         for j in range(i + 1, 4):
             if tensors[i]._storage is tensors[j]._storage:
                 raise ValueError(f"{op}: {names[i]} and {names[j]} share memory (shape "
                                  f"{tuple(param.shape)}); each needs its own buffer")
     if not param.dtype.is_floating_point:
         raise TypeError(f"{op}: param must be floating point, got {param.dtype.name}")
+
+
+def _adamw_quads(op: str, param, grad, exp_avg, exp_avg_sq) -> list:
+    """The (param, grad, exp_avg, exp_avg_sq) quadruples of a call: one, or one per entry
+    of four equal-length sequences."""
+    if type(param) is Tensor or not isinstance(param, (list, tuple)):
+        return [(param, grad, exp_avg, exp_avg_sq)]
+    seqs = (param, grad, exp_avg, exp_avg_sq)
+    for name, seq in zip(_ADAMW_NAMES, seqs):
+        if not isinstance(seq, (list, tuple)) or len(seq) != len(param):
+            raise TypeError(f"{op}: with a list of {len(param)} params, {name} must be a list "
+                            f"of {len(param)} tensors too, got {type(seq).__name__}"
+                            + (f" of {len(seq)}" if isinstance(seq, (list, tuple)) else ""))
+    return list(zip(*seqs))
+
+
+def _check_adamw_group(op: str, quads) -> None:
+    """Across a list: the chunks of one call run at once, so no buffer written (a param,
+    an exp_avg, an exp_avg_sq) may be any other operand's (grads may share among
+    themselves: they are only read)."""
+    written = [t._storage for q in quads for t in (q[0], q[2], q[3])]
+    ids = {id(st) for st in written}
+    if len(ids) != len(written) or any(id(q[1]._storage) in ids for q in quads):
+        raise ValueError(f"{op}: the lists name one buffer twice (a param, exp_avg or "
+                         "exp_avg_sq shared with another operand); each needs its own")
+
+
+@op()  # no graph node; ta.functional names it by hand, nn.functional does not
+def adamw_update_(param, grad, exp_avg, exp_avg_sq, *, lr: float, beta1: float,
+                  beta2: float, eps: float, weight_decay: float, step: int):
+    """One fused AdamW step, in place on param, exp_avg and exp_avg_sq (torch.optim.AdamW's
+    arithmetic; see backend.adamw_update). Not differentiable: call it under ta.no_grad().
+
+    The four may also be equal-length lists of tensors (a parameter group at one step, as
+    torch's foreach and fused AdamW take): one call then updates every parameter, and the
+    compiled kernel does it in one parallel pass. Everything is checked before anything is
+    written.
+
+    It allocates no Storage: on CPU the update runs block by block through one small
+    scratch buffer (or in one pass, compiled) instead of the parameter-sized temporaries
+    that a chain of in-place ops (grad * grad, exp_avg_sq.sqrt(), ...) needs. Returns
+    param."""
+    op = "adamw_update_"
+    quads = _adamw_quads(op, param, grad, exp_avg, exp_avg_sq)
+    for quad in quads:
+        _check_adamw_quad(op, quad)
+    if len(quads) > 1:
+        check_same_device(op, *(q[0] for q in quads))
+        _check_adamw_group(op, quads)
     if int(step) < 1:
         raise ValueError(f"{op}: step counts from 1, got {step}")
     if not (lr >= 0 and eps >= 0 and weight_decay >= 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1):
         raise ValueError(f"{op}: need lr, eps, weight_decay >= 0 and betas in [0, 1); got "
                          f"lr={lr}, eps={eps}, weight_decay={weight_decay}, "
                          f"betas=({beta1}, {beta2})")
-    backend.adamw_update(param._array(), grad._array(), exp_avg._array(), exp_avg_sq._array(),
-                         lr, beta1, beta2, eps, weight_decay, int(step))
-    for t in (param, exp_avg, exp_avg_sq):
-        t._storage.version += 1  # not a Function (no ctx): the three writes, declared here
+    hyper = (lr, beta1, beta2, eps, weight_decay, int(step))
+    if len(quads) == 1 and type(param) is Tensor:
+        backend.kernels.adamw_update(*(t._array() for t in quads[0]), *hyper)
+    elif quads:
+        arrays = [[t._array() for t in q] for q in quads]
+        backend.kernels.adamw_update_many(*zip(*arrays), *hyper)
+    for q in quads:
+        for t in (q[0], q[2], q[3]):
+            t._storage.version += 1  # not a Function (no ctx): the three writes, declared here
     return param

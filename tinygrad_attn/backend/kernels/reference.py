@@ -221,6 +221,7 @@ def gelu_backward(x, g):
     return cdf
 
 
+# ------------------------------------------------------------------------- optimizer, reductions
 def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
     """One AdamW step on arrays, in place (p, m, v), as torch.optim.AdamW computes it:
 
@@ -259,3 +260,22 @@ def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
     s = np.empty(min(pf.size, _BLOCK), p.dtype)
     for lo, hi in _blocks(pf.size):
         update(np, pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi], s[:hi - lo])
+
+
+def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, eps,
+                      weight_decay, step) -> None:
+    """adamw_update on each (p, g, m, v) of four equal-length lists, one after another
+    (torch.optim.AdamW's foreach form; the compiled twin does them all in one pass)."""
+    for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+        adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step)
+
+
+def sum_rows(x):
+    """s[j] = sum_i x[i, j]: a 2-D array summed over its rows (a bias's gradient, from the
+    (rows, features) gradient of its output). A new array of x.shape[1] elements."""
+    return x.sum(axis=0)
+
+
+def add_rows(x, b) -> None:
+    """x[i, j] += b[j] for every row i, in place: a bias added to a 2-D array of rows."""
+    x += b
