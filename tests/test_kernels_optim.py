@@ -1,0 +1,381 @@
+"""The optimizer and reduction kernels: AdamW (one array, and a whole parameter group in one
+call), sum_rows (a bias's gradient) and add_rows (a bias added in place), compiled (numba)
+against the NumPy reference, and the ops that call them on both paths.
+
+AdamW and the row kernels do the reference's arithmetic in its order, so they are checked
+bit for bit. The ops are gradchecked on the numba path and must allocate the same Storages
+on both paths. Everything here that needs numba skips without it (numba is never imported
+at module level).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nn
+import tinygrad_attn as ta
+from tinygrad_attn.backend import kernels
+from tinygrad_attn.backend.kernels import reference
+from tinygrad_attn.memory import state as ledger_state
+
+HYPER = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8)
+SIZES = [1, 7, 16384 + 3, 3 * 16384 + 5]  # 16384: the compiled AdamW's chunk
+
+
+@pytest.fixture
+def compiled():
+    pytest.importorskip("numba")
+    return kernels._load_compiled()
+
+
+@pytest.fixture(params=["numpy", "numba"])
+def mode(request):
+    if request.param == "numba":
+        pytest.importorskip("numba")
+    before = kernels.get_kernels()
+    kernels.set_kernels(request.param)
+    yield request.param
+    kernels.set_kernels(before)
+
+
+@pytest.fixture
+def numba_mode():
+    pytest.importorskip("numba")
+    before = kernels.get_kernels()
+    kernels.set_kernels("numba")
+    yield
+    kernels.set_kernels(before)
+
+
+def _adamw_arrays(shape, dtype, seed=0):
+    """p, g, m, v: v non-negative; a few exact zeros and tiny values among the gradients."""
+    rng = np.random.default_rng(seed)
+    p, g, m = (rng.standard_normal(shape) for _ in range(3))
+    v = np.abs(rng.standard_normal(shape)) * 1e-2
+    g.reshape(-1)[:3] = [0.0, -0.0, 1e-30][:g.size]
+    return [a.astype(dtype) for a in (p, g, m * 0.1, v)]
+
+
+# ----------------------------------------------------------------------------- AdamW
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+@pytest.mark.parametrize("step", [1, 1000])
+@pytest.mark.parametrize("n", SIZES)
+def test_adamw_is_bit_identical_to_the_reference(compiled, dtype, weight_decay, step, n):
+    ours = _adamw_arrays((n,), dtype)
+    ref = [a.copy() for a in ours]
+    assert compiled.adamw_update(*ours, weight_decay=weight_decay, step=step, **HYPER) is None
+    reference.adamw_update(*ref, weight_decay=weight_decay, step=step, **HYPER)
+    for a, b in zip(ours, ref):
+        np.testing.assert_array_equal(a, b, strict=True)
+    assert not np.array_equal(ours[0], _adamw_arrays((n,), dtype)[0])  # p moved
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adamw_group_is_bit_identical_to_one_at_a_time(compiled, dtype):
+    shapes = [(65, 384), (384,), (3, 5, 7), (1,), (0,), (2 * 16384 + 1,)]
+    ours = [_adamw_arrays(s, dtype, seed=i) for i, s in enumerate(shapes)]
+    ref = [[a.copy() for a in quad] for quad in ours]
+    compiled.adamw_update_many(*zip(*ours), weight_decay=0.1, step=7, **HYPER)
+    for quad in ref:
+        reference.adamw_update(*quad, weight_decay=0.1, step=7, **HYPER)
+    for a, b in zip(ours, ref):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y, strict=True)
+
+
+def test_adamw_group_declines_mismatched_sizes(compiled):
+    p, g, m, v = _adamw_arrays((5,), np.float32)
+    before = p.copy()
+    out = compiled.adamw_update_many([p], [g[:4]], [m], [v], weight_decay=0.0, step=1, **HYPER)
+    assert out is NotImplemented
+    np.testing.assert_array_equal(p, before)
+
+
+def test_adamw_dispatch_runs_the_reference_for_what_the_kernel_does_not_take(numba_mode):
+    """A strided parameter (a transposed view) goes to the reference, the rest of its group
+    to the compiled kernel, and both give the same bits as the reference alone."""
+    dense = _adamw_arrays((40, 30), np.float32, seed=1)
+    strided = [a.T for a in _adamw_arrays((30, 40), np.float32, seed=2)]
+    ref = [[a.copy() for a in q] for q in (dense, strided)]
+    kernels.calls.clear()
+    kernels.adamw_update_many(*zip(dense, strided), weight_decay=0.1, step=3, **HYPER)
+    assert kernels.calls["adamw_update_many", "numba"] == 1
+    assert kernels.calls["adamw_update_many", "numpy"] == 1
+    for quad in ref:
+        reference.adamw_update(*quad, weight_decay=0.1, step=3, **HYPER)
+    for a, b in zip(dense + strided, ref[0] + ref[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def _tensors(shape, dtype, seed, layout="contiguous"):
+    arrays = _adamw_arrays(shape, np.float64, seed)
+    if layout == "transposed":
+        return [ta.tensor(a.T.copy(), dtype=dtype).T for a in arrays]
+    return [ta.tensor(a, dtype=dtype) for a in arrays]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("dtype", [ta.float32, ta.float64])
+def test_adamw_op_gives_the_same_bits_on_both_paths(layout, dtype):
+    pytest.importorskip("numba")
+    results = {}
+    for path in ("numpy", "numba"):
+        before = kernels.get_kernels()
+        kernels.set_kernels(path)
+        kernels.calls.clear()
+        try:
+            quads = [_tensors(s, dtype, i, layout) for i, s in enumerate([(40, 30), (30, 3)])]
+            with ta.no_grad():
+                for step in (1, 2):
+                    ta.functional.adamw_update_(*(list(c) for c in zip(*quads)), step=step,
+                                                weight_decay=0.1, **HYPER)
+        finally:
+            kernels.set_kernels(before)
+        results[path] = [t.numpy() for q in quads for t in q]
+        expect = 0 if path == "numpy" or layout == "transposed" else 2
+        assert kernels.calls["adamw_update_many", "numba"] == expect
+    for a, b in zip(results["numpy"], results["numba"]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_adamw_op_on_lists_matches_one_call_per_parameter(mode):
+    singles = [_tensors(s, ta.float32, i) for i, s in enumerate([(8, 3), (5,), (2, 2, 2)])]
+    group = [_tensors(s, ta.float32, i) for i, s in enumerate([(8, 3), (5,), (2, 2, 2)])]
+    versions = [t.untyped_storage().version for q in group for t in q]
+    with ta.no_grad():
+        for quad in singles:
+            assert ta.functional.adamw_update_(*quad, step=4, weight_decay=0.1, **HYPER) \
+                is quad[0]
+        ps = [q[0] for q in group]
+        out = ta.functional.adamw_update_(ps, [q[1] for q in group], [q[2] for q in group],
+                                          [q[3] for q in group], step=4, weight_decay=0.1,
+                                          **HYPER)
+    assert out is ps
+    for a, b in zip(singles, group):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x.numpy(), y.numpy())
+    moved = [t.untyped_storage().version - n
+             for t, n in zip((t for q in group for t in q), versions)]
+    assert moved == [1, 0, 1, 1] * 3  # p, m, v written; g only read
+
+
+def test_adamw_op_on_lists_refuses_before_writing_anything(mode):
+    p1, g1, m1, v1 = _tensors((4, 3), ta.float32, 0)
+    p2, g2, m2, v2 = _tensors((5,), ta.float32, 1)
+    before = [p1.numpy().copy(), p2.numpy().copy()]
+    with pytest.raises(ta.ShapeError, match=r"adamw_update_: grad has shape \(4,\)"):
+        ta.functional.adamw_update_([p1, p2], [g1, g2[:4]], [m1, m2], [v1, v2], step=1,
+                                    weight_decay=0.0, **HYPER)
+    with pytest.raises(ValueError, match="adamw_update_: the lists name one buffer twice"):
+        ta.functional.adamw_update_([p1, p2], [g1, g2], [m1, m1.view(-1)[:5]], [v1, v2], step=1,
+                                    weight_decay=0.0, **HYPER)
+    with pytest.raises(ValueError, match="the lists name one buffer twice"):
+        ta.functional.adamw_update_([p1, p2], [g1, p1.view(-1)[:5]], [m1, m2], [v1, v2],
+                                    step=1, weight_decay=0.0, **HYPER)
+    with pytest.raises(TypeError, match="adamw_update_: with a list of 2 params, exp_avg "
+                                        "must be a list of 2 tensors too, got list of 1"):
+        ta.functional.adamw_update_([p1, p2], [g1, g2], [m1], [v1, v2], step=1,
+                                    weight_decay=0.0, **HYPER)
+    np.testing.assert_array_equal(p1.numpy(), before[0])
+    np.testing.assert_array_equal(p2.numpy(), before[1])
+    # grads may share a buffer: they are only read
+    shared = ta.randn(9)
+    with ta.no_grad():
+        ta.functional.adamw_update_([p1.view(-1)[:4], p2], [shared[:4], shared[4:]], [
+            ta.zeros(4), m2], [ta.zeros(4), v2], step=1, weight_decay=0.0, **HYPER)
+
+
+def _storages_made(fn) -> list:
+    made = []
+
+    class Watch:
+        def on_alloc(self, st):
+            made.append(st.nbytes)
+
+        def on_free(self, st):
+            pass
+
+    ledger_state.observers.append(Watch())
+    try:
+        fn()
+    finally:
+        ledger_state.observers.pop()
+    return made
+
+
+def _gpt():
+    ta.manual_seed(0)
+    cfg = nn.GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16,
+                       dropout=0.0)
+    return nn.GPT(cfg)
+
+
+def test_adamw_optimizer_same_on_both_paths_with_the_same_storages():
+    """Three steps of configure_adamw's two groups on a small GPT: the same bits, state
+    dict and Storage allocations on the reference and compiled paths; one kernel call per
+    group and step."""
+    pytest.importorskip("numba")
+    idx = ta.tensor(np.random.default_rng(0).integers(0, 11, (2, 8)))
+    out = {}
+    for path in ("numpy", "numba"):
+        before = kernels.get_kernels()
+        kernels.set_kernels(path)
+        kernels.calls.clear()
+        try:
+            model = _gpt()
+            opt = nn.optim.configure_adamw(model, weight_decay=0.1, lr=1e-2)
+            made = []
+            for _ in range(3):
+                _, loss = model(idx, idx)
+                loss.backward()
+                made += _storages_made(opt.step)
+                opt.zero_grad()
+        finally:
+            kernels.set_kernels(before)
+        assert sum(kernels.calls[("adamw_update_many", p)] for p in ("numpy", "numba")) == 6
+        out[path] = ([p.detach().numpy() for p in model.parameters()], opt.state_dict(), made)
+    (p_ref, sd_ref, made_ref), (p_fast, sd_fast, made_fast) = out["numpy"], out["numba"]
+    for a, b in zip(p_ref, p_fast):
+        np.testing.assert_array_equal(a, b)
+    assert made_ref == made_fast and sum(made_ref) > 0  # the state, on the first step only
+    assert sd_ref["param_groups"] == sd_fast["param_groups"]
+    for i, state in sd_ref["state"].items():
+        assert state["step"] == sd_fast["state"][i]["step"] == 3
+        for name in ("exp_avg", "exp_avg_sq"):
+            np.testing.assert_array_equal(state[name].numpy(), sd_fast["state"][i][name].numpy())
+
+
+def test_adamw_optimizer_groups_parameters_by_their_step_count(mode):
+    """A parameter that missed a step (no gradient) keeps its own count: one fused call per
+    count, and each parameter's update is what torch would do with its count."""
+    a = ta.tensor(np.arange(6.0), requires_grad=True)
+    b = ta.tensor(np.arange(4.0), requires_grad=True)
+    opt = nn.optim.AdamW([a, b], lr=0.1, weight_decay=0.0)
+    a.grad = ta.ones(6, dtype=a.dtype)
+    opt.step()  # only a
+    a.grad, b.grad = ta.ones(6, dtype=a.dtype), ta.ones(4, dtype=b.dtype)
+    kernels.calls.clear()
+    opt.step()
+    assert sum(kernels.calls.values()) == 2  # steps 2 (a) and 1 (b)
+    assert opt.state[a]["step"] == 2 and opt.state[b]["step"] == 1
+    # Adam's first step of a constant gradient moves by lr (to within eps)
+    np.testing.assert_allclose(b.detach().numpy(), np.arange(4.0) - 0.1, rtol=1e-7)
+
+
+# ----------------------------------------------------------------------------- reductions
+ROW_SHAPES = [(0, 5), (1, 7), (3, 2), (13, 1000), (2048, 384), (257, 129)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_sum_rows_matches_the_reference(compiled, dtype, shape):
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    ours, ref = compiled.sum_rows(x), reference.sum_rows(x)
+    assert ours.shape == (shape[1],) and ours.dtype == dtype
+    # every column summed in row order, as NumPy sums axis 0: the same bits
+    np.testing.assert_array_equal(ours, ref, strict=True)
+    np.testing.assert_allclose(ours, x.astype(np.float64).sum(axis=0),
+                               rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
+
+
+def test_sum_rows_declines_one_column(compiled):
+    """NumPy sums a single contiguous column pairwise, not in row order."""
+    assert compiled.sum_rows(np.ones((100, 1), np.float32)) is NotImplemented
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_add_rows_matches_the_reference(compiled, dtype, shape):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape).astype(dtype)
+    b = rng.standard_normal(shape[1]).astype(dtype)
+    ours, ref = x.copy(), x.copy()
+    assert compiled.add_rows(ours, b) is None
+    reference.add_rows(ref, b)
+    np.testing.assert_array_equal(ours, ref, strict=True)
+
+
+def test_bias_gradient_and_add_take_the_kernels(numba_mode):
+    x = ta.randn(4, 5, 6)
+    lin = nn.Linear(6, 3)
+    w = np.random.default_rng(0).standard_normal((4, 5, 3)).astype(np.float32)
+    kernels.calls.clear()
+    (lin(x) * ta.tensor(w)).sum().backward()  # a dense gradient (sum() gives a broadcast one)
+    assert kernels.calls["add_rows", "numba"] == 1
+    assert kernels.calls["sum_rows", "numba"] == 1
+    np.testing.assert_array_equal(lin.bias.grad.numpy(), w.reshape(20, 3).sum(axis=0))
+    # a (1, C) operand is a row too; a stretched middle dim is not
+    y = ta.zeros(2, 3, 4)
+    kernels.calls.clear()
+    y.add_(ta.ones(1, 4))
+    y.add_(ta.ones(3, 1))
+    assert kernels.calls["add_rows", "numba"] == 1
+    np.testing.assert_array_equal(y.numpy(), np.full((2, 3, 4), 2.0))
+
+
+def test_sum_to_keeps_its_shapes_and_values(mode):
+    """Gradients of broadcast operands: leading dims summed (the row kernel), stretched
+    middle dims (NumPy's sum), one column, everything."""
+    w = np.random.default_rng(2).standard_normal((2, 3, 4))
+    for shape in [(4,), (1, 4), (1, 1, 4), (3, 4), (3, 1), (1,), ()]:
+        b = ta.zeros(*shape, dtype=ta.float64, requires_grad=True)
+        (b * ta.tensor(w)).sum().backward()
+        lead = tuple(range(3 - len(shape)))
+        stretched = tuple(i for i, s in enumerate(shape) if s == 1)
+        want = w.sum(axis=lead).sum(axis=stretched, keepdims=True).reshape(shape)
+        assert b.grad.shape == shape
+        np.testing.assert_allclose(b.grad.numpy(), want, rtol=1e-14)
+
+
+def test_linear_and_split_gradcheck_on_the_numba_path(numba_mode):
+    rng = np.random.default_rng(0)
+    x = ta.tensor(rng.standard_normal((2, 3, 4)), requires_grad=True)
+    w = ta.tensor(rng.standard_normal((6, 4)), requires_grad=True)
+    b = ta.tensor(rng.standard_normal(6), requires_grad=True)
+
+    def f(x, w, b):
+        y = nn.functional.linear(x, w, b)
+        q, k, v = y.split(2, dim=2)
+        return q * k + v.exp()
+
+    assert ta.gradcheck(f, (x, w, b))
+    assert ta.gradcheck(lambda x: x.split([1, 0, 3], dim=2)[2] * 2, (x,))  # pieces unused
+    assert ta.gradcheck(lambda x: x.unbind(1)[1] * 3, (x,))
+
+
+def test_split_gradient_of_unused_pieces_is_zero(mode):
+    x = ta.tensor(np.arange(12.0).reshape(3, 4), requires_grad=True)
+    a, b, c = x.split([1, 2, 1], dim=1)
+    (b * 2).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(),
+                                  np.array([[0, 2, 2, 0]] * 3, dtype=np.float64))
+    y = ta.tensor(np.arange(6.0).reshape(3, 2), requires_grad=True)
+    y.unbind(0)[2].sum().backward()  # unbind: integer pieces
+    np.testing.assert_array_equal(y.grad.numpy(), [[0, 0], [0, 0], [1, 1]])
+
+
+def test_step_allocates_the_same_storages_on_both_paths():
+    """Forward and backward of a small GPT (bias adds, bias gradients, the qkv split): the
+    same Storages, byte for byte, and the same gradients, on both paths."""
+    pytest.importorskip("numba")
+    idx = ta.tensor(np.random.default_rng(0).integers(0, 11, (2, 8)))
+    out = {}
+    for path in ("numpy", "numba"):
+        before = kernels.get_kernels()
+        kernels.set_kernels(path)
+        try:
+            model = _gpt()
+
+            def step(model=model):
+                _, loss = model(idx, idx)
+                loss.backward()
+
+            made = _storages_made(step)
+        finally:
+            kernels.set_kernels(before)
+        out[path] = made, [p.grad.numpy() for p in model.parameters()]
+    assert out["numpy"][0] == out["numba"][0]
+    for a, b in zip(out["numpy"][1], out["numba"][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
