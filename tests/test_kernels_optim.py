@@ -1,11 +1,12 @@
-"""The optimizer and reduction kernels: AdamW (one array, and a whole parameter group in one
-call), sum_rows (a bias's gradient) and add_rows (a bias added in place), compiled (numba)
-against the NumPy reference, and the ops that call them on both paths.
+"""The optimizer kernel, AdamW (one array, and a whole parameter group in one call),
+compiled (numba) against the NumPy reference, and what calls it (adamw_update_ on tensors
+and lists, nn.optim.AdamW) on both paths; and the gradient of split, whose buffer is no
+longer zero-filled when the pieces tile the input.
 
-AdamW and the row kernels do the reference's arithmetic in its order, so they are checked
-bit for bit. The ops are gradchecked on the numba path and must allocate the same Storages
-on both paths. Everything here that needs numba skips without it (numba is never imported
-at module level).
+The compiled AdamW does the reference's arithmetic in its order, so it is checked bit for
+bit. Linear and split are gradchecked on the numba path, and a GPT's forward, backward and
+optimizer steps must allocate the same Storages on both paths. Everything here that needs
+numba skips without it (numba is never imported at module level).
 """
 
 from __future__ import annotations
@@ -264,71 +265,7 @@ def test_adamw_optimizer_groups_parameters_by_their_step_count(mode):
     np.testing.assert_allclose(b.detach().numpy(), np.arange(4.0) - 0.1, rtol=1e-7)
 
 
-# ----------------------------------------------------------------------------- reductions
-ROW_SHAPES = [(0, 5), (1, 7), (3, 2), (13, 1000), (2048, 384), (257, 129)]
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", ROW_SHAPES)
-def test_sum_rows_matches_the_reference(compiled, dtype, shape):
-    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
-    ours, ref = compiled.sum_rows(x), reference.sum_rows(x)
-    assert ours.shape == (shape[1],) and ours.dtype == dtype
-    # every column summed in row order, as NumPy sums axis 0: the same bits
-    np.testing.assert_array_equal(ours, ref, strict=True)
-    np.testing.assert_allclose(ours, x.astype(np.float64).sum(axis=0),
-                               rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
-
-
-def test_sum_rows_declines_one_column(compiled):
-    """NumPy sums a single contiguous column pairwise, not in row order."""
-    assert compiled.sum_rows(np.ones((100, 1), np.float32)) is NotImplemented
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", ROW_SHAPES)
-def test_add_rows_matches_the_reference(compiled, dtype, shape):
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal(shape).astype(dtype)
-    b = rng.standard_normal(shape[1]).astype(dtype)
-    ours, ref = x.copy(), x.copy()
-    assert compiled.add_rows(ours, b) is None
-    reference.add_rows(ref, b)
-    np.testing.assert_array_equal(ours, ref, strict=True)
-
-
-def test_bias_gradient_and_add_take_the_kernels(numba_mode):
-    x = ta.randn(4, 5, 6)
-    lin = nn.Linear(6, 3)
-    w = np.random.default_rng(0).standard_normal((4, 5, 3)).astype(np.float32)
-    kernels.calls.clear()
-    (lin(x) * ta.tensor(w)).sum().backward()  # a dense gradient (sum() gives a broadcast one)
-    assert kernels.calls["add_rows", "numba"] == 1
-    assert kernels.calls["sum_rows", "numba"] == 1
-    np.testing.assert_array_equal(lin.bias.grad.numpy(), w.reshape(20, 3).sum(axis=0))
-    # a (1, C) operand is a row too; a stretched middle dim is not
-    y = ta.zeros(2, 3, 4)
-    kernels.calls.clear()
-    y.add_(ta.ones(1, 4))
-    y.add_(ta.ones(3, 1))
-    assert kernels.calls["add_rows", "numba"] == 1
-    np.testing.assert_array_equal(y.numpy(), np.full((2, 3, 4), 2.0))
-
-
-def test_sum_to_keeps_its_shapes_and_values(mode):
-    """Gradients of broadcast operands: leading dims summed (the row kernel), stretched
-    middle dims (NumPy's sum), one column, everything."""
-    w = np.random.default_rng(2).standard_normal((2, 3, 4))
-    for shape in [(4,), (1, 4), (1, 1, 4), (3, 4), (3, 1), (1,), ()]:
-        b = ta.zeros(*shape, dtype=ta.float64, requires_grad=True)
-        (b * ta.tensor(w)).sum().backward()
-        lead = tuple(range(3 - len(shape)))
-        stretched = tuple(i for i, s in enumerate(shape) if s == 1)
-        want = w.sum(axis=lead).sum(axis=stretched, keepdims=True).reshape(shape)
-        assert b.grad.shape == shape
-        np.testing.assert_allclose(b.grad.numpy(), want, rtol=1e-14)
-
-
+# ----------------------------------------------------------------------------- split
 def test_linear_and_split_gradcheck_on_the_numba_path(numba_mode):
     rng = np.random.default_rng(0)
     x = ta.tensor(rng.standard_normal((2, 3, 4)), requires_grad=True)
@@ -379,3 +316,30 @@ def test_step_allocates_the_same_storages_on_both_paths():
     assert out["numpy"][0] == out["numba"][0]
     for a, b in zip(out["numpy"][1], out["numba"][1]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_split_chunk_unbind_tile_their_input_and_other_pieces_do_not():
+    from tinygrad_attn.ops.movement import _tiles
+
+    s = slice(None)
+    assert _tiles((4, 6), ((s, slice(0, 2)), (s, slice(2, 6))))  # split([2, 4], dim=1)
+    assert _tiles((4, 6), ((0,), (1,), (2,), (3,)))  # unbind(0)
+    assert _tiles((0, 6), ((slice(0, 0),),))  # an empty dim, one empty piece
+    assert not _tiles((4, 6), ((s, slice(0, 2)), (s, slice(3, 6))))  # a gap
+    assert not _tiles((4, 6), ((s, slice(0, 4)), (s, slice(2, 6))))  # an overlap
+    assert not _tiles((4, 6), ((s, slice(0, 6, 2)),))  # a step
+    assert not _tiles((4, 6), ((slice(0, 2), slice(0, 6)), (slice(2, 4), slice(0, 3))))
+
+
+def test_split_gradient_fills_every_piece(mode):
+    """All three pieces used, each through a transposed view (as the attention's q, k, v):
+    the un-zeroed buffer is written everywhere."""
+    rng = np.random.default_rng(3)
+    x = ta.tensor(rng.standard_normal((2, 3, 12)), requires_grad=True)
+    w = [rng.standard_normal((2, 2, 3, 2)) for _ in range(3)]
+    pieces = x.split(4, dim=2)
+    loss = sum((p.view(2, 3, 2, 2).transpose(1, 2) * ta.tensor(wi)).sum()
+               for p, wi in zip(pieces, w))
+    loss.backward()
+    want = np.concatenate([wi.transpose(0, 2, 1, 3).reshape(2, 3, 4) for wi in w], axis=2)
+    np.testing.assert_array_equal(x.grad.numpy(), want)

@@ -45,18 +45,6 @@ def _value(x, dtype):
     return x._array() if type(x) is Tensor else x
 
 
-def _adds_rows(x: Tensor, other, X, O) -> bool:
-    """Whether x += other adds one row to every row of x: other is a separate tensor of x's
-    dtype whose shape (leading 1s aside) is x's trailing dims, both C-contiguous."""
-    if type(other) is not Tensor or other._storage is x._storage or O.dtype != X.dtype:
-        return False
-    shape = tuple(other.shape)
-    while shape and shape[0] == 1:
-        shape = shape[1:]
-    return (0 < len(shape) < X.ndim and X.shape[X.ndim - len(shape):] == shape and O.size > 0
-            and X.flags.c_contiguous and O.flags.c_contiguous)
-
-
 class AddInplace(Function):
     """x += alpha * other;  gx = g, g_other = alpha * g (summed to its shape). Saves nothing."""
 
@@ -65,10 +53,8 @@ class AddInplace(Function):
         X, O = x._array(), _value(other, x.dtype)
         if alpha != 1:
             O = O * alpha
-        if _adds_rows(x, other, X, O):  # a bias: the compiled kernel spreads the rows
-            backend.kernels.add_rows(X.reshape(-1, O.size), O.reshape(-1))
-        else:
-            backend.xp_for(x.device).add(X, O, out=X, casting="unsafe")
+        xp = backend.xp_for(x.device)
+        xp.add(X, O, out=X, casting="unsafe")
         ctx.mark_dirty(x)
         ctx.alpha, ctx.other_shape = alpha, getattr(other, "shape", ())
         return x

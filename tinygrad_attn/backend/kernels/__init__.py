@@ -193,6 +193,3 @@ def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, ep
         calls["adamw_update_many", "numpy"] += 1
         reference.adamw_update_many(*zip(*rest), *args)
 
-
-sum_rows = _kernel("sum_rows", 1)
-add_rows = _kernel("add_rows", 2)

@@ -268,14 +268,3 @@ def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, ep
     (torch.optim.AdamW's foreach form; the compiled twin does them all in one pass)."""
     for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
         adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step)
-
-
-def sum_rows(x):
-    """s[j] = sum_i x[i, j]: a 2-D array summed over its rows (a bias's gradient, from the
-    (rows, features) gradient of its output). A new array of x.shape[1] elements."""
-    return x.sum(axis=0)
-
-
-def add_rows(x, b) -> None:
-    """x[i, j] += b[j] for every row i, in place: a bias added to a 2-D array of rows."""
-    x += b
