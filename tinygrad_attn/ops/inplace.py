@@ -342,15 +342,12 @@ def _adamw_quads(op: str, param, grad, exp_avg, exp_avg_sq) -> list:
     return list(zip(*seqs))
 
 
-def _check_adamw_group(op: str, quads) -> None:
-    """Across a list: the chunks of one call run at once, so no buffer written (a param,
-    an exp_avg, an exp_avg_sq) may be any other operand's (grads may share among
-    themselves: they are only read)."""
+def _shares_buffers(quads) -> bool:
+    """Whether a buffer written (a param, an exp_avg, an exp_avg_sq) is also another
+    quadruple's operand (grads may share among themselves: they are only read)."""
     written = [t._storage for q in quads for t in (q[0], q[2], q[3])]
     ids = {id(st) for st in written}
-    if len(ids) != len(written) or any(id(q[1]._storage) in ids for q in quads):
-        raise ValueError(f"{op}: the lists name one buffer twice (a param, exp_avg or "
-                         "exp_avg_sq shared with another operand); each needs its own")
+    return len(ids) != len(written) or any(id(q[1]._storage) in ids for q in quads)
 
 
 @op()  # no graph node; ta.functional names it by hand, nn.functional does not
@@ -360,9 +357,10 @@ def adamw_update_(param, grad, exp_avg, exp_avg_sq, *, lr: float, beta1: float,
     arithmetic; see backend.adamw_update). Not differentiable: call it under ta.no_grad().
 
     The four may also be equal-length lists of tensors (a parameter group at one step, as
-    torch's foreach and fused AdamW take): one call then updates every parameter, and the
-    compiled kernel does it in one parallel pass. Everything is checked before anything is
-    written.
+    torch's foreach and fused AdamW take): one call then updates every parameter as one
+    call each would, in order, and the compiled kernel does it in one parallel pass (one
+    at a time where a buffer written is another entry's operand). Everything is checked
+    before anything is written.
 
     It allocates no Storage: on CPU the update runs block by block through one small
     scratch buffer (or in one pass, compiled) instead of the parameter-sized temporaries
@@ -374,7 +372,6 @@ def adamw_update_(param, grad, exp_avg, exp_avg_sq, *, lr: float, beta1: float,
         _check_adamw_quad(op, quad)
     if len(quads) > 1:
         check_same_device(op, *(q[0] for q in quads))
-        _check_adamw_group(op, quads)
     if int(step) < 1:
         raise ValueError(f"{op}: step counts from 1, got {step}")
     if not (lr >= 0 and eps >= 0 and weight_decay >= 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1):
@@ -382,9 +379,10 @@ def adamw_update_(param, grad, exp_avg, exp_avg_sq, *, lr: float, beta1: float,
                          f"lr={lr}, eps={eps}, weight_decay={weight_decay}, "
                          f"betas=({beta1}, {beta2})")
     hyper = (lr, beta1, beta2, eps, weight_decay, int(step))
-    if len(quads) == 1 and type(param) is Tensor:
-        backend.kernels.adamw_update(*(t._array() for t in quads[0]), *hyper)
-    elif quads:
+    if len(quads) == 1 or _shares_buffers(quads):  # shared: one after another, in order
+        for q in quads:
+            backend.kernels.adamw_update(*(t._array() for t in q), *hyper)
+    elif quads:  # the compiled kernel updates the whole list at once
         arrays = [[t._array() for t in q] for q in quads]
         backend.kernels.adamw_update_many(*zip(*arrays), *hyper)
     for q in quads:
