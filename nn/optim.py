@@ -9,10 +9,12 @@ What a step allocates beyond that state, per parameter:
 - SGD: no Storage (every term is folded in with `mul_` / `add_(x, alpha=a)`; the engine's
   `add_` with alpha != 1 forms `a * x` in one transient array, which the ledger's raw-allocator
   count sees but no Storage holds).
-- AdamW: no Storage either. The update is one engine call, `ta.functional.adamw_update_`,
-  which on CPU runs block by block through a small scratch buffer; written as a chain of
-  in-place ops it would need two parameter-sized temporaries (grad * grad and the
-  denominator sqrt(v)), and PyTorch's own single-tensor AdamW allocates one (denom).
+- AdamW: no Storage either. The update is one engine call per parameter group,
+  `ta.functional.adamw_update_` on lists of tensors, which on CPU runs block by block
+  through a small scratch buffer (or, compiled, in one parallel pass over the group);
+  written as a chain of in-place ops it would need two parameter-sized temporaries
+  (grad * grad and the denominator sqrt(v)), and PyTorch's own single-tensor AdamW
+  allocates one (denom).
 """
 
 from __future__ import annotations
@@ -65,9 +67,13 @@ class Optimizer:
     def step(self) -> None:
         with ta.no_grad(), ta.memory.phase("optimizer"):
             for group in self.param_groups:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        self._update(p, p.grad, group, self.state.setdefault(p, {}))
+                self._update_group(group)
+
+    def _update_group(self, group: dict) -> None:
+        """Update the group's parameters that have a gradient (one at a time here)."""
+        for p in group["params"]:
+            if p.grad is not None:
+                self._update(p, p.grad, group, self.state.setdefault(p, {}))
 
     def _update(self, p, grad, group: dict, state: dict) -> None:
         raise NotImplementedError
@@ -211,18 +217,32 @@ class AdamW(Optimizer):
         super().__init__(params, dict(lr=lr, betas=(beta1, beta2), eps=eps,
                                       weight_decay=weight_decay))
 
-    def _update(self, p, grad, group, state) -> None:
-        lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+    def _update_group(self, group) -> None:
+        """All the group's parameters that have a gradient in one fused call per step count
+        (they share one unless some missed steps without a gradient): one launch of the
+        compiled kernel for the group, rather than one per parameter, each of which costs
+        more than a bias's whole update."""
+        by_step: dict = {}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state.setdefault(p, {})
+            if "step" not in state:
+                state["step"] = 0
+                state["exp_avg"] = self._new_buffer(p)
+                state["exp_avg_sq"] = self._new_buffer(p)
+            by_step.setdefault(state["step"] + 1, []).append(
+                (p, p.grad, state["exp_avg"], state["exp_avg_sq"], state))
         beta1, beta2 = group["betas"]
-        if "step" not in state:
-            state["step"] = 0
-            state["exp_avg"] = self._new_buffer(p)
-            state["exp_avg_sq"] = self._new_buffer(p)
-        state["step"] += 1
-        # one fused in-place update (no parameter-sized temporary; see the module docstring)
-        ta.functional.adamw_update_(p, grad, state["exp_avg"], state["exp_avg_sq"], lr=lr,
-                                    beta1=beta1, beta2=beta2, eps=eps, weight_decay=wd,
-                                    step=state["step"])
+        for step, entries in by_step.items():
+            ps, gs, ms, vs, states = (list(c) for c in zip(*entries))
+            # one fused in-place update (no parameter-sized temporary; see the module
+            # docstring); the step counts move only once it has run
+            ta.functional.adamw_update_(ps, gs, ms, vs, lr=group["lr"], beta1=beta1,
+                                        beta2=beta2, eps=group["eps"],
+                                        weight_decay=group["weight_decay"], step=step)
+            for state in states:
+                state["step"] = step
 
 
 def configure_adamw(model_or_named_params, weight_decay: float, lr: float,

@@ -66,6 +66,10 @@ def sum_to(arr, shape: tuple, xp):
     axes = tuple(range(lead)) + tuple(
         lead + i for i, s in enumerate(shape) if s == 1 and arr.shape[lead + i] != 1
     )
+    # A bias's gradient lands here (the leading dims summed). NumPy's sum is already one
+    # vectorized pass at memory speed; a compiled twin spread over the threads by column
+    # bands measured slower at a GPT step's sizes (launching numba's pool costs about what
+    # the whole sum does), so there is none.
     return xp.sum(arr, axis=axes, keepdims=True).reshape(shape)
 
 

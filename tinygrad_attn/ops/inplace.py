@@ -299,19 +299,13 @@ def setitem(x: Tensor, index, value) -> None:
     SetItem.apply(x, value, index=resolved)
 
 
-@op()  # no graph node; ta.functional names it by hand, nn.functional does not
-def adamw_update_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *,
-                  lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-                  step: int) -> Tensor:
-    """One fused AdamW step, in place on param, exp_avg and exp_avg_sq (torch.optim.AdamW's
-    arithmetic; see backend.adamw_update). Not differentiable: call it under ta.no_grad().
+_ADAMW_NAMES = ("param", "grad", "exp_avg", "exp_avg_sq")
 
-    It allocates no Storage: on CPU the update runs block by block through one small
-    scratch buffer instead of the parameter-sized temporaries that a chain of in-place ops
-    (grad * grad, exp_avg_sq.sqrt(), ...) needs. Returns param."""
-    op = "adamw_update_"
-    names = ("param", "grad", "exp_avg", "exp_avg_sq")
-    tensors = (param, grad, exp_avg, exp_avg_sq)
+
+def _check_adamw_quad(op: str, tensors) -> None:
+    """One (param, grad, exp_avg, exp_avg_sq): tensors of param's shape and float dtype, on
+    one device, four distinct buffers (p, m, v are written while g, m, v are read)."""
+    names, param = _ADAMW_NAMES, tensors[0]
     for name, t in zip(names, tensors):
         if type(t) is not Tensor:
             raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
@@ -325,21 +319,73 @@ def adamw_update_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
         if t.dtype != param.dtype:
             raise TypeError(f"{op}: {name} is {t.dtype.name}, param is {param.dtype.name}")
     check_same_device(op, *tensors)
-    for i in range(4):  # p, m, v are written while g, m, v are read: no two may overlap
+    for i in range(4):
         for j in range(i + 1, 4):
             if tensors[i]._storage is tensors[j]._storage:
                 raise ValueError(f"{op}: {names[i]} and {names[j]} share memory (shape "
                                  f"{tuple(param.shape)}); each needs its own buffer")
     if not param.dtype.is_floating_point:
         raise TypeError(f"{op}: param must be floating point, got {param.dtype.name}")
+
+
+def _adamw_quads(op: str, param, grad, exp_avg, exp_avg_sq) -> list:
+    """The (param, grad, exp_avg, exp_avg_sq) quadruples of a call: one, or one per entry
+    of four equal-length sequences."""
+    if type(param) is Tensor or not isinstance(param, (list, tuple)):
+        return [(param, grad, exp_avg, exp_avg_sq)]
+    seqs = (param, grad, exp_avg, exp_avg_sq)
+    for name, seq in zip(_ADAMW_NAMES, seqs):
+        if not isinstance(seq, (list, tuple)) or len(seq) != len(param):
+            raise TypeError(f"{op}: with a list of {len(param)} params, {name} must be a list "
+                            f"of {len(param)} tensors too, got {type(seq).__name__}"
+                            + (f" of {len(seq)}" if isinstance(seq, (list, tuple)) else ""))
+    return list(zip(*seqs))
+
+
+def _shares_buffers(quads) -> bool:
+    """Whether a buffer written (a param, an exp_avg, an exp_avg_sq) is also another
+    quadruple's operand (grads may share among themselves: they are only read)."""
+    written = [t._storage for q in quads for t in (q[0], q[2], q[3])]
+    ids = {id(st) for st in written}
+    return len(ids) != len(written) or any(id(q[1]._storage) in ids for q in quads)
+
+
+@op()  # no graph node; ta.functional names it by hand, nn.functional does not
+def adamw_update_(param, grad, exp_avg, exp_avg_sq, *, lr: float, beta1: float,
+                  beta2: float, eps: float, weight_decay: float, step: int):
+    """One fused AdamW step, in place on param, exp_avg and exp_avg_sq (torch.optim.AdamW's
+    arithmetic; see backend.adamw_update). Not differentiable: call it under ta.no_grad().
+
+    The four may also be equal-length lists of tensors (a parameter group at one step, as
+    torch's foreach and fused AdamW take): one call then updates every parameter as one
+    call each would, in order, and the compiled kernel does it in one parallel pass (one
+    at a time where a buffer written is another entry's operand). Everything is checked
+    before anything is written.
+
+    It allocates no Storage: on CPU the update runs block by block through one small
+    scratch buffer (or in one pass, compiled) instead of the parameter-sized temporaries
+    that a chain of in-place ops (grad * grad, exp_avg_sq.sqrt(), ...) needs. Returns
+    param."""
+    op = "adamw_update_"
+    quads = _adamw_quads(op, param, grad, exp_avg, exp_avg_sq)
+    for quad in quads:
+        _check_adamw_quad(op, quad)
+    if len(quads) > 1:
+        check_same_device(op, *(q[0] for q in quads))
     if int(step) < 1:
         raise ValueError(f"{op}: step counts from 1, got {step}")
     if not (lr >= 0 and eps >= 0 and weight_decay >= 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1):
         raise ValueError(f"{op}: need lr, eps, weight_decay >= 0 and betas in [0, 1); got "
                          f"lr={lr}, eps={eps}, weight_decay={weight_decay}, "
                          f"betas=({beta1}, {beta2})")
-    backend.adamw_update(param._array(), grad._array(), exp_avg._array(), exp_avg_sq._array(),
-                         lr, beta1, beta2, eps, weight_decay, int(step))
-    for t in (param, exp_avg, exp_avg_sq):
-        t._storage.version += 1  # not a Function (no ctx): the three writes, declared here
+    hyper = (lr, beta1, beta2, eps, weight_decay, int(step))
+    if len(quads) == 1 or _shares_buffers(quads):  # shared: one after another, in order
+        for q in quads:
+            backend.kernels.adamw_update(*(t._array() for t in q), *hyper)
+    elif quads:  # the compiled kernel updates the whole list at once
+        arrays = [[t._array() for t in q] for q in quads]
+        backend.kernels.adamw_update_many(*zip(*arrays), *hyper)
+    for q in quads:
+        for t in (q[0], q[2], q[3]):
+            t._storage.version += 1  # not a Function (no ctx): the three writes, declared here
     return param

@@ -313,9 +313,10 @@ def narrow(x, dim, start, length):
 class MultiSlice(Function):
     """Several basic-index views of one input at once: split, chunk, unbind.
 
-    gx = one zero buffer of x's shape with each output's gradient written in its place
-    (outputs that got no gradient leave zeros): one allocation however many pieces.
-    Saves nothing.
+    gx = one buffer of x's shape with each output's gradient written in its place
+    (outputs that got no gradient get zeros): one allocation however many pieces. When the
+    pieces tile x (split, chunk and unbind cut one dim into consecutive parts) every element
+    is written once, so the buffer is not zero-filled first. Saves nothing.
     """
 
     materialize_grads = False
@@ -324,6 +325,7 @@ class MultiSlice(Function):
     @staticmethod
     def forward(ctx, x, indices):
         ctx.in_shape, ctx.indices = x.shape, indices
+        ctx.tiles = _tiles(x.shape, indices)
         outs = []
         for index in indices:
             shape, strides, offset = shp.index_geometry(x.shape, x._strides, x._offset, index)
@@ -339,13 +341,16 @@ class MultiSlice(Function):
             first = first.grad
         xp = backend.xp_for(first.device)
         with backend.on_device(first.device):
-            buf = xp.zeros(base, dtype=first.dtype.np)
+            buf = (xp.empty if ctx.tiles else xp.zeros)(base, dtype=first.dtype.np)
         flat = buf.reshape(-1)
         for index, g in zip(ctx.indices, grads):
-            if g is None:
+            if g is None and not ctx.tiles:
                 continue
             shape, strides, offset = shp.index_geometry(base, contiguous, 0, index)
             if shp.numel(shape) == 0:  # an empty piece writes nothing
+                continue
+            if g is None:
+                backend.strided(flat, shape, strides, offset)[...] = 0
                 continue
             if type(g) is ReshapeGrad:
                 view = g.view_of(flat, shape, strides, offset)
@@ -355,6 +360,30 @@ class MultiSlice(Function):
                 g = g.materialize()
             backend.strided(flat, shape, strides, offset)[...] = g._array()
         return from_array(buf)
+
+
+def _tiles(shape, indices) -> bool:
+    """Whether the basic indices cut one dim of `shape` into consecutive pieces that cover
+    it (slices of step 1, or every integer in order), leaving the other dims whole."""
+    whole = slice(None)
+    d = len(indices[0]) - 1 if indices else -1
+    if d < 0 or d >= len(shape):
+        return False
+    start = 0
+    for index in indices:
+        if len(index) != d + 1 or any(i != whole for i in index[:d]):
+            return False
+        last = index[d]
+        if type(last) is int:
+            lo, hi = last, last + 1
+        elif type(last) is slice and last.step in (None, 1):
+            lo, hi, _ = last.indices(shape[d])
+        else:
+            return False
+        if lo != start or hi < lo:
+            return False
+        start = hi
+    return start == shape[d]
 
 
 @op(MultiSlice, method=True)

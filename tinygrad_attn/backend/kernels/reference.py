@@ -303,6 +303,7 @@ def gelu_backward(x, g):
     return cdf
 
 
+# ------------------------------------------------------------------------- optimizer, reductions
 def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
     """One AdamW step on arrays, in place (p, m, v), as torch.optim.AdamW computes it:
 
@@ -341,3 +342,11 @@ def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
     s = np.empty(min(pf.size, _BLOCK), p.dtype)
     for lo, hi in _blocks(pf.size):
         update(np, pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi], s[:hi - lo])
+
+
+def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, eps,
+                      weight_decay, step) -> None:
+    """adamw_update on each (p, g, m, v) of four equal-length lists, one after another
+    (torch.optim.AdamW's foreach form; the compiled twin does them all in one pass)."""
+    for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+        adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step)
