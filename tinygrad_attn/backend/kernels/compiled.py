@@ -101,23 +101,26 @@ def _vexp(x):
 
 
 # ----------------------------------------------------------------------------- activations
-# Elementwise kernels run over blocks of _EBLOCK elements, one block per prange step; the
-# inner loop over a block is what LLVM vectorizes. The gelu arithmetic below is the
+# Elementwise kernels run over blocks of _ACT_BLOCK elements, one block per prange step; the
+# inner loop over a block is what LLVM vectorizes. The exact gelu's arithmetic is the
 # reference's, operation for operation (reference.py's _gelu_block for float32, its
 # whole-array formulas for float64), so the two differ only where exp32 differs from
-# NumPy's exp.
-_EBLOCK = 16384
+# NumPy's exp and where a multiply and an add became one fma. The float32 tanh
+# approximation takes 1 +- tanh from one exp (see _tanh_halves32); float64 is the
+# reference's formula with the C library's tanh. Dropout is the reference's arithmetic,
+# bit for bit (no fma there).
+_ACT_BLOCK = 16384
 # error_model "numpy": a float division by zero gives inf or nan as in NumPy, with no check;
 # numba's default ("python") tests every divisor to raise ZeroDivisionError, and that branch
 # keeps LLVM from vectorizing any loop with a division in it.
-PAR_EW = {**PAR, "error_model": "numpy"}
+_ACT_PAR = {**PAR, "error_model": "numpy"}
 # The loop over a block is a serial kernel of its own, which the parallel one calls per
 # block: LLVM vectorizes that plain loop better than the same loop inside the prange body
 # (measured: about 1.3x). In the gelu loops, whose results are not claimed bit-equal to
 # the reference's, LLVM may fuse a multiply and an add into one fma (one rounding, not two).
-SERIAL_EW = {**JIT, "error_model": "numpy"}
-SERIAL_FMA = {**SERIAL_EW, "fastmath": {"contract"}}
-_NPART = 64  # row chunks of bias_gelu's backward, each with its own partial bias gradient
+_ACT_SERIAL = {**JIT, "error_model": "numpy"}
+_ACT_SERIAL_FMA = {**_ACT_SERIAL, "fastmath": {"contract"}}
+_ACT_PARTS = 64  # row chunks of bias_gelu's backward, each with its own partial bias gradient
 # the reference's constants, computed as it computes them (so float64 agrees to the bit)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -230,7 +233,7 @@ def _ov_gelu_tanh_grad(x, g):
     return grad64
 
 
-@njit(**SERIAL_FMA)
+@njit(**_ACT_SERIAL_FMA)
 def _gelu_run(x, out, tanh):
     if tanh:
         for i in range(x.size):
@@ -240,7 +243,7 @@ def _gelu_run(x, out, tanh):
             out[i] = _gelu(x[i])
 
 
-@njit(**SERIAL_FMA)
+@njit(**_ACT_SERIAL_FMA)
 def _gelu_grad_run(x, g, out, tanh):
     if tanh:
         for i in range(x.size):
@@ -250,23 +253,23 @@ def _gelu_grad_run(x, g, out, tanh):
             out[i] = _gelu_grad(x[i], g[i])
 
 
-@njit(**PAR_EW)
+@njit(**_ACT_PAR)
 def _gelu_map(x, out, tanh):
     n = x.size
-    for blk in prange((n + _EBLOCK - 1) // _EBLOCK):
-        lo, hi = blk * _EBLOCK, min(n, (blk + 1) * _EBLOCK)
+    for blk in prange((n + _ACT_BLOCK - 1) // _ACT_BLOCK):
+        lo, hi = blk * _ACT_BLOCK, min(n, (blk + 1) * _ACT_BLOCK)
         _gelu_run(x[lo:hi], out[lo:hi], tanh)
 
 
-@njit(**PAR_EW)
+@njit(**_ACT_PAR)
 def _gelu_grad_map(x, g, out, tanh):
     n = x.size
-    for blk in prange((n + _EBLOCK - 1) // _EBLOCK):
-        lo, hi = blk * _EBLOCK, min(n, (blk + 1) * _EBLOCK)
+    for blk in prange((n + _ACT_BLOCK - 1) // _ACT_BLOCK):
+        lo, hi = blk * _ACT_BLOCK, min(n, (blk + 1) * _ACT_BLOCK)
         _gelu_grad_run(x[lo:hi], g[lo:hi], out[lo:hi], tanh)
 
 
-def _same_shape(*arrays) -> bool:
+def _act_same_shape(*arrays) -> bool:
     return all(a.shape == arrays[0].shape for a in arrays)
 
 
@@ -277,7 +280,7 @@ def _gelu_forward(x, tanh):
 
 
 def _gelu_backward(x, g, tanh):
-    if not _same_shape(x, g):
+    if not _act_same_shape(x, g):
         return NotImplemented
     out = np.empty_like(x)
     _gelu_grad_map(x.reshape(-1), g.reshape(-1), out.reshape(-1), tanh)
@@ -300,7 +303,7 @@ def gelu_tanh_backward(x, g):
     return _gelu_backward(x, g, True)
 
 
-@njit(**SERIAL_FMA)
+@njit(**_ACT_SERIAL_FMA)
 def _bias_gelu_run(x, b, out, tanh):
     if tanh:
         for j in range(x.size):
@@ -310,7 +313,7 @@ def _bias_gelu_run(x, b, out, tanh):
             out[j] = _gelu(x[j] + b[j])
 
 
-@njit(**SERIAL_FMA)
+@njit(**_ACT_SERIAL_FMA)
 def _bias_gelu_grad_run(x, b, g, gx, acc, tanh):
     if tanh:
         for j in range(x.size):
@@ -324,13 +327,13 @@ def _bias_gelu_grad_run(x, b, g, gx, acc, tanh):
             acc[j] += v
 
 
-@njit(**PAR_EW)
+@njit(**_ACT_PAR)
 def _bias_gelu_rows(x, b, out, tanh):
     for r in prange(x.shape[0]):
         _bias_gelu_run(x[r], b, out[r], tanh)
 
 
-@njit(**PAR_EW)
+@njit(**_ACT_PAR)
 def _bias_gelu_grad_rows(x, b, g, gx, partial, tanh):
     """gx = g * gelu'(x + b); partial[c] = the sum of gx over chunk c's rows (float64)."""
     rows, parts = x.shape[0], partial.shape[0]
@@ -350,7 +353,7 @@ def bias_gelu_forward(x, bias, approximate="none"):
 
 
 def bias_gelu_backward(x, bias, g, approximate="none"):
-    if x.ndim == 0 or bias.shape != x.shape[-1:] or not _same_shape(x, g):
+    if x.ndim == 0 or bias.shape != x.shape[-1:] or not _act_same_shape(x, g):
         return NotImplemented
     gx = np.empty_like(x)
     if x.size == 0:
@@ -359,13 +362,13 @@ def bias_gelu_backward(x, bias, g, approximate="none"):
     rows = x.size // cols
     # A fixed number of chunks, not one per thread: the sum's order, and so its rounding,
     # is the same whatever the thread count.
-    partial = np.zeros((min(rows, _NPART), cols))
+    partial = np.zeros((min(rows, _ACT_PARTS), cols))
     _bias_gelu_grad_rows(x.reshape(rows, cols), bias, g.reshape(rows, cols),
                          gx.reshape(rows, cols), partial, approximate == "tanh")
     return gx, partial.sum(axis=0).astype(x.dtype)
 
 
-@njit(**SERIAL_EW)
+@njit(**_ACT_SERIAL)
 def _dropout_run(x, u, p, scale, one, zero, y, keep):
     for i in range(x.size):
         k = u[i] >= p
@@ -373,25 +376,25 @@ def _dropout_run(x, u, p, scale, one, zero, y, keep):
         y[i] = (x[i] * (one if k else zero)) * scale
 
 
-@njit(**SERIAL_EW)
+@njit(**_ACT_SERIAL)
 def _dropout_grad_run(g, keep, scale, one, zero, out):
     for i in range(g.size):
         out[i] = (g[i] * (one if keep[i] else zero)) * scale
 
 
-@njit(**PAR_EW)
+@njit(**_ACT_PAR)
 def _dropout_map(x, u, p, scale, one, zero, y, keep):
     n = x.size
-    for blk in prange((n + _EBLOCK - 1) // _EBLOCK):
-        lo, hi = blk * _EBLOCK, min(n, (blk + 1) * _EBLOCK)
+    for blk in prange((n + _ACT_BLOCK - 1) // _ACT_BLOCK):
+        lo, hi = blk * _ACT_BLOCK, min(n, (blk + 1) * _ACT_BLOCK)
         _dropout_run(x[lo:hi], u[lo:hi], p, scale, one, zero, y[lo:hi], keep[lo:hi])
 
 
-@njit(**PAR_EW)
+@njit(**_ACT_PAR)
 def _dropout_grad_map(g, keep, scale, one, zero, out):
     n = g.size
-    for blk in prange((n + _EBLOCK - 1) // _EBLOCK):
-        lo, hi = blk * _EBLOCK, min(n, (blk + 1) * _EBLOCK)
+    for blk in prange((n + _ACT_BLOCK - 1) // _ACT_BLOCK):
+        lo, hi = blk * _ACT_BLOCK, min(n, (blk + 1) * _ACT_BLOCK)
         _dropout_grad_run(g[lo:hi], keep[lo:hi], scale, one, zero, out[lo:hi])
 
 
