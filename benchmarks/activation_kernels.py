@@ -1,8 +1,9 @@
 """The activation kernels side by side: the NumPy reference, the compiled (numba) twin and
 PyTorch's CPU kernel, forward and backward, on one activation-sized float32 array.
 
-Each cell is the median of --repeat calls; the three paths take turns call by call, so a
-loaded machine slows them alike and their ratios stay meaningful. torch runs with the
+Each cell is the fastest of --repeat calls (on a shared machine the least disturbed one;
+--median prints medians instead); the three paths take turns call by call, so a loaded
+machine slows them alike and their ratios stay meaningful. torch runs with the
 engine's thread count; its backward is autograd's (GeluBackward0 on a fresh gradient).
 
     python benchmarks/activation_kernels.py                       # (32, 256, 1536)
@@ -78,6 +79,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="32,256,1536")
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--median", action="store_true", help="medians, not minima")
     args = parser.parse_args(argv)
     shape = tuple(int(n) for n in args.shape.split(","))
     rng = np.random.default_rng(0)
@@ -90,7 +92,8 @@ def main(argv=None) -> None:
         torch.set_num_threads(threads)
     rows = _cases(x, g, b, u)
     paths = ("reference", "compiled", "torch")
-    print(f"shape {shape} float32, {threads} threads, median of {args.repeat} (ms)")
+    stat = statistics.median if args.median else min
+    print(f"shape {shape} float32, {threads} threads, {stat.__name__} of {args.repeat} (ms)")
     print(f"{'kernel':<22}" + "".join(f"{p:>11}" for p in paths) + f"{'ref/comp':>10}")
     with np.errstate(all="ignore"):
         for row, fns in rows.items():
@@ -100,7 +103,7 @@ def main(argv=None) -> None:
             for _ in range(args.repeat):
                 for p, fn in fns.items():
                     times[p].append(_time(fn))
-            ms = {p: 1e3 * statistics.median(t) for p, t in times.items()}
+            ms = {p: 1e3 * stat(t) for p, t in times.items()}
             cells = "".join(f"{ms[p]:>11.2f}" if p in ms else f"{'-':>11}" for p in paths)
             print(f"{row:<22}{cells}{ms['reference'] / ms['compiled']:>10.1f}")
 
