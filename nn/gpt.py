@@ -243,6 +243,15 @@ class CausalSelfAttention(Module):
 
 
 class MLP(Module):
+    """c_fc, GELU, c_proj, dropout, as nanoGPT's.
+
+    With a bias in c_fc, its bias and the GELU run as one op, F.bias_gelu(x @ W^T, b): one
+    pass over the (B, T, 4C) activation each way instead of an add and a gelu, the bias
+    gradient summed in the gelu's backward pass. The modules and parameters stay nanoGPT's
+    (c_fc.weight, c_fc.bias), and each part runs in its own module's scope, so the ledger
+    names them as before. The fused op saves what the gelu did (its (B, T, 4C) input; the
+    bias is a parameter) and follows the same "gelu" save policy.
+    """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -252,8 +261,14 @@ class MLP(Module):
         self.dropout = Dropout(config.dropout)
 
     def forward(self, x):
-        x = self.c_fc(x)
-        x = self.gelu(x)
+        if (type(self.c_fc) is Linear and self.c_fc.bias is not None
+                and type(self.gelu) is GELU):
+            with ta.memory.module_scope(self.c_fc):
+                x = F.linear(x, self.c_fc.weight)
+            with ta.memory.module_scope(self.gelu):
+                x = F.bias_gelu(x, self.c_fc.bias, approximate=self.gelu.approximate)
+        else:  # a replaced c_fc or activation, or no bias: the modules as they are
+            x = self.gelu(self.c_fc(x))
         x = self.c_proj(x)
         return self.dropout(x)
 

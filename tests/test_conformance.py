@@ -47,6 +47,12 @@ def F(lib):
     return lib.functional if lib is ta else lib.nn.functional
 
 
+def _bias_gelu(lib, x, b, approximate="none"):
+    if lib is ta:
+        return ta.functional.bias_gelu(x, b, approximate=approximate)
+    return lib.nn.functional.gelu(x + b, approximate=approximate)
+
+
 def _float_layouts(fn, *, lo=None, extra=(), seed=0):
     """float64 rows of a one-input op in every layout, plus 0-d and zero-size inputs."""
     x = r(3, 4, lo=lo, seed=seed)
@@ -243,6 +249,18 @@ ROWS = {
         Case(lambda lib, x: F(lib).gelu(x, approximate="tanh"), (r(3, 4),), "transposed"),
         Case(lambda lib, x: F(lib).gelu(x, approximate="bad"), (r(3),), raises=RuntimeError)],
     "silu": unary(lambda lib, x: F(lib).silu(x), dtypes=(F32,)),
+    # torch has no fused op: its rows are gelu(x + bias)
+    "bias_gelu": [Case(_bias_gelu, (r(3, 4), r(4, seed=1)), layout) for layout in
+                  ("contiguous", "transposed", "sliced", "expanded")] + [
+        Case(_bias_gelu, (r(2, 3, 4), r(4, seed=1)), kwargs={"approximate": "tanh"}),
+        Case(_bias_gelu, (r(0, 4), r(4, seed=1))),
+        Case(_bias_gelu, (r(5), r(5, seed=1)), kwargs={"approximate": "tanh"}),
+        Case(_bias_gelu, (r(3, 4, dtype=F32), r(4, dtype=F32, seed=1)), all_grads=True),
+        Case(_bias_gelu, (r(3, 4, dtype=F32), r(4, seed=1)), all_grads=True),  # float64
+        Case(_bias_gelu, (r(3, 4), r(3, seed=1)), raises=RuntimeError),
+        Case(_bias_gelu, (r(3, 4, dtype=I64), r(4, dtype=I64)), raises=RuntimeError),
+        Case(_bias_gelu, (r(3, 4), r(4)), kwargs={"approximate": "bad"},
+             raises=RuntimeError)],
     "bitwise_not": [Case(lambda lib, x: ~x, (r(2, 3, dtype=dt),)) for dt in (B, I64, I32)] + [
         Case(lambda lib, x: ~x, (arr(5, I64),)), Case(lambda lib, x: ~x, (r(0, 2, dtype=B),)),
         Case(lambda lib, x: ~x, (r(3),), raises=TypeError)],

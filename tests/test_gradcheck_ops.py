@@ -194,6 +194,15 @@ def test_unary(op, view):
     check(fn, [((3, 4), view, domain)])
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced", "expand:1x4"])
+def test_bias_gelu(view, approximate):
+    check(lambda x, b: ta.functional.bias_gelu(x, b, approximate=approximate),
+          [((3, 4), view, "real"), ((4,), "contiguous", "real")])
+    check(lambda x, b: ta.functional.bias_gelu(x, b, approximate=approximate),
+          [((2, 3, 5), "contiguous", "real"), ((5,), "contiguous", "real")])
+
+
 # ----------------------------------------------------------------------------- binary
 BINARY = {
     "add": (lambda a, b: a + b, "real", "real"),
@@ -924,6 +933,7 @@ ON_DEVICE = (
     [(test_unary, {"op": op, "view": "transposed"}) for op in UNARY]
     + [(test_binary, {"op": op, "layout": "rhs_row"}) for op in BINARY]
     + [(test_binary, {"op": "mul", "layout": lay}) for lay in BINARY_LAYOUTS]
+    + [(test_bias_gelu, {"view": "transposed", "approximate": a}) for a in ("none", "tanh")]
     + [(test_sum_mean_var, {"op": op, "dim": (0, 2), "keepdim": True, "view": "sliced"})
        for op in ("sum", "mean", "var")]
     + [(test_sum_mean_var, {"op": "sum", "dim": None, "keepdim": False, "view": "expand:2x1x4"}),
@@ -989,7 +999,7 @@ TESTS_OF = {
     "cross_entropy": test_cross_entropy_gradcheck_contiguous_and_transposed,
     "layer_norm": test_layer_norm_gradcheck_over_two_normalized_dims_noncontiguous,
     "scaled_dot_product_attention": test_scaled_dot_product_attention,
-    "checkpoint": test_checkpoint,
+    "checkpoint": test_checkpoint, "bias_gelu": test_bias_gelu,
     "nll_loss": test_losses_with_classes_and_weights,
     "binary_cross_entropy": test_losses_with_classes_and_weights,
 }

@@ -202,17 +202,18 @@ class Dropout(Function):
     @staticmethod
     def forward(ctx, x, p, generator=None):
         gen = generator or default_generator
-        keep = gen.uniform(x.shape, backend.float32, x.device) >= p
+        u = gen.uniform(x.shape, backend.float32, x.device)
+        y, keep = backend.kernels.dropout_forward(x._array(), u, p)  # keep = u >= p
         ctx.scale = 1.0 / (1.0 - p)
         mask = from_array(keep)
         ctx.save_for_backward(mask)
-        return from_array((x._array() * keep) * x.dtype.np.type(ctx.scale))
+        return from_array(y)
 
     @staticmethod
     def backward(ctx, g):
         (mask,) = ctx.saved_tensors
-        G = g._array()
-        return from_array((G * mask._array()) * G.dtype.type(ctx.scale))
+        return from_array(backend.kernels.dropout_backward(g._array(), mask._array(),
+                                                           ctx.scale))
 
 
 @op(Dropout, functional=True)

@@ -1,4 +1,5 @@
-"""The elementwise nonlinearities a network uses most: tanh, sigmoid, relu, gelu, silu.
+"""The elementwise nonlinearities a network uses most: tanh, sigmoid, relu, gelu, silu, and
+bias_gelu, gelu(x + bias) in one op (a Linear's bias folded into the gelu after it).
 
 Each saves what its derivative needs and no more: tanh, sigmoid and relu their output (the
 next layer usually keeps it anyway), silu and gelu their input; whether a later node keeps
@@ -12,6 +13,8 @@ import math
 
 from .. import backend
 from ..autograd import Function
+from ..errors import ShapeError
+from ._util import Tensor, check_same_device
 from .elementwise import _float_in, _wrap
 from .registry import op
 
@@ -76,9 +79,15 @@ class Relu(Function):
         return _wrap(g._array() * (y._array() > 0))
 
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+def _gelu(X, approximate):
+    if approximate == "tanh":
+        return backend.kernels.gelu_tanh_forward(X)
+    return backend.kernels.gelu_forward(X)
+
+
+def _check_approximate(op: str, approximate) -> None:
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError(f"{op}: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
 class Gelu(Function):
@@ -98,36 +107,81 @@ class Gelu(Function):
 
     @staticmethod
     def forward(ctx, x, approximate="none"):
-        if approximate not in ("none", "tanh"):
-            raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got "
-                               f"{approximate!r}")
+        _check_approximate("gelu", approximate)
         ctx.approximate = approximate
         ctx.save_for_backward(x)
-        return _wrap(_gelu(backend.xp_for(x.device), _float_in(x), approximate))
+        return _wrap(_gelu(_float_in(x), approximate))
 
     @staticmethod
     def recompute(ctx):
         (x,) = ctx.saved_tensors
-        return _wrap(_gelu(backend.xp_for(x.device), x._array(), ctx.approximate))
+        return _wrap(_gelu(x._array(), ctx.approximate))
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        xp = backend.xp_for(x.device)
         X, G = x._array(), g._array()
         if ctx.approximate == "tanh":
-            inner = _SQRT_2_OVER_PI * (X + 0.044715 * X * X * X)
-            t = xp.tanh(inner)
-            d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * X * X)
-            return _wrap(G * (0.5 * (1 + t) + 0.5 * X * (1 - t * t) * d_inner))
-        return _wrap(backend.gelu_backward(X, G))
+            return _wrap(backend.kernels.gelu_tanh_backward(X, G))
+        return _wrap(backend.kernels.gelu_backward(X, G))
 
 
-def _gelu(xp, X, approximate):
-    if approximate == "tanh":
-        inner = _SQRT_2_OVER_PI * (X + 0.044715 * X * X * X)
-        return 0.5 * X * (1 + xp.tanh(inner))
-    return backend.gelu_forward(X)
+class BiasGelu(Function):
+    """y = gelu(x + bias) with bias of shape (x.shape[-1],), added along the last dim.
+
+    gx = g * gelu'(x + bias), gbias = gx summed over the leading dims; the compiled kernels
+    make each direction one pass (the bias gradient summed in the same pass as gx).
+    Saves the input and the bias, not x + bias: backward adds them again element by
+    element, so the op keeps what a gelu of a bias-free linear keeps (the bias is a
+    parameter, stored anyway). The save policy is gelu's: under "recompute" a later node
+    that needs y keeps a recipe, and y is rebuilt from x and the bias in backward.
+    """
+
+    policy = "gelu"
+    saves = {"save": "input and bias",
+             "recompute": "input and bias (its output is rebuilt for later nodes)"}
+
+    @staticmethod
+    def saved_bytes_formula(shape, itemsize, policy):
+        return math.prod(shape) * itemsize  # the input; the bias is a parameter
+
+    @staticmethod
+    def forward(ctx, x, bias, approximate="none"):
+        if type(bias) is not Tensor:
+            raise TypeError(f"bias_gelu: bias must be a Tensor, got {type(bias).__name__}")
+        check_same_device("bias_gelu", x, bias)
+        _check_approximate("bias_gelu", approximate)
+        if x.ndim == 0 or tuple(bias.shape) != (x.shape[-1],):
+            raise ShapeError(f"bias_gelu: expected a bias of shape (x.shape[-1],), got "
+                             f"{tuple(bias.shape)} for an input of shape {tuple(x.shape)}")
+        if not (x.dtype.is_floating_point and bias.dtype.is_floating_point):
+            raise RuntimeError(f"bias_gelu: expected floating tensors, got {x.dtype.name} "
+                               f"and {bias.dtype.name}")
+        ctx.approximate = approximate
+        ctx.save_for_backward(x, bias)
+        X, B = _bias_gelu_arrays(x, bias)
+        return _wrap(backend.kernels.bias_gelu_forward(X, B, approximate))
+
+    @staticmethod
+    def recompute(ctx):
+        X, B = _bias_gelu_arrays(*ctx.saved_tensors)
+        return _wrap(backend.kernels.bias_gelu_forward(X, B, ctx.approximate))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, bias = ctx.saved_tensors
+        X, B = _bias_gelu_arrays(x, bias)
+        gx, gb = backend.kernels.bias_gelu_backward(X, B, g._array(), ctx.approximate)
+        nx, nb = ctx.needs_input_grad[:2]
+        return (_wrap(gx.astype(x.dtype.np, copy=False)) if nx else None,
+                _wrap(gb.astype(bias.dtype.np, copy=False)) if nb else None)
+
+
+def _bias_gelu_arrays(x, bias):
+    """x's and bias's arrays in their promoted dtype (a float32 x with a float64 bias
+    computes in float64, as gelu(x + bias) would)."""
+    dtype = backend.promote(x, bias).np
+    return x._array().astype(dtype, copy=False), bias._array().astype(dtype, copy=False)
 
 
 class Silu(Function):
@@ -162,6 +216,9 @@ def relu(x): return Relu.apply(x)
 
 @op(Gelu, functional=True)
 def gelu(x, approximate="none"): return Gelu.apply(x, approximate=approximate)
+
+@op(BiasGelu, functional=True)
+def bias_gelu(x, bias, approximate="none"): return BiasGelu.apply(x, bias, approximate=approximate)
 
 @op(Silu, functional=True)
 def silu(x): return Silu.apply(x)

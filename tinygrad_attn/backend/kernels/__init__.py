@@ -166,6 +166,12 @@ gelu_cdf = reference.gelu_cdf
 # ----------------------------------------------------------------------------- activations
 gelu_forward = _kernel("gelu_forward", 1)
 gelu_backward = _kernel("gelu_backward", 2)
+gelu_tanh_forward = _kernel("gelu_tanh_forward", 1)
+gelu_tanh_backward = _kernel("gelu_tanh_backward", 2)
+bias_gelu_forward = _kernel("bias_gelu_forward", 2)
+bias_gelu_backward = _kernel("bias_gelu_backward", 3)
+dropout_forward = _kernel("dropout_forward", 1)  # u is float32 whatever x is: checked there
+dropout_backward = _kernel("dropout_backward", 1)  # keep is bool: checked there
 
 # ----------------------------------------------------------------------------- softmax
 softmax_forward = _kernel("softmax_forward", 1)

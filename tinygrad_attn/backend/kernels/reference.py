@@ -303,7 +303,61 @@ def gelu_backward(x, g):
     return cdf
 
 
+# The tanh approximation: gelu(x) ~ 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_TANH_K = 0.044715
+
+
+def _xp(x):
+    return np if isinstance(x, (np.ndarray, np.generic)) else devices.cp
+
+
+def gelu_tanh_forward(x):
+    """0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)."""
+    inner = _SQRT_2_OVER_PI * (x + _TANH_K * x * x * x)
+    return 0.5 * x * (1 + _xp(x).tanh(inner))
+
+
+def gelu_tanh_backward(x, g):
+    """g * (0.5 (1 + t) + 0.5 x (1 - t^2) du/dx),  t = tanh(u),
+    du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)."""
+    t = _xp(x).tanh(_SQRT_2_OVER_PI * (x + _TANH_K * x * x * x))
+    d_inner = _SQRT_2_OVER_PI * (1 + 3 * _TANH_K * x * x)
+    return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner)
+
+
+def bias_gelu_forward(x, bias, approximate="none"):
+    """gelu(x + bias), the bias (x.shape[-1],) added along the last dim.
+
+    The reference forms x + bias as a whole array; the compiled twin adds it element by
+    element inside the gelu pass."""
+    z = x + bias
+    return gelu_tanh_forward(z) if approximate == "tanh" else gelu_forward(z)
+
+
+def bias_gelu_backward(x, bias, g, approximate="none"):
+    """(gx, gbias): gx = g * gelu'(x + bias), gbias = gx summed over all dims but the last."""
+    z = x + bias
+    gx = gelu_tanh_backward(z, g) if approximate == "tanh" else gelu_backward(z, g)
+    return gx, gx.sum(axis=tuple(range(gx.ndim - 1)))
+
+
+def dropout_forward(x, u, p):
+    """(y, keep): keep = u >= p (u uniform in [0, 1)), y = x * keep * scale with
+    scale = 1 / (1 - p) in x's dtype, multiplied in that order."""
+    keep = u >= p
+    y = x * keep
+    y *= x.dtype.type(1.0 / (1.0 - p))  # in place: no second temporary of x's size
+    return y, keep
+
+
+def dropout_backward(g, keep, scale):
+    """g * keep * scale, scale in g's dtype, multiplied in that order."""
+    return (g * keep) * g.dtype.type(scale)
+
+
 # ------------------------------------------------------------------------- optimizer, reductions
+
 def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
     """One AdamW step on arrays, in place (p, m, v), as torch.optim.AdamW computes it:
 
