@@ -130,6 +130,14 @@ def _use_compiled(operands) -> bool:
     return True
 
 
+def _launch(fast, *args, **kwargs):
+    """Run a compiled kernel: under the one lock (the workqueue layer aborts on two threads
+    launching at once) and on this thread's share of the engine's thread count."""
+    with _state["launch"]:
+        threads.sync_compiled()
+        return fast(*args, **kwargs)
+
+
 def _kernel(name: str, n_float: int):
     """The public function for kernel `name`: its first `n_float` positional operands are
     the float arrays the choice looks at; a compiled kernel that returns NotImplemented
@@ -139,11 +147,7 @@ def _kernel(name: str, n_float: int):
     def call(*args, **kwargs):
         if _use_compiled(args[:n_float]):
             fast = getattr(_load_compiled(), name, None)
-            out = NotImplemented
-            if fast is not None:
-                with _state["launch"]:
-                    threads.sync_compiled()
-                    out = fast(*args, **kwargs)
+            out = NotImplemented if fast is None else _launch(fast, *args, **kwargs)
             if out is not NotImplemented:
                 calls[name, "numba"] += 1
                 return out
@@ -208,7 +212,8 @@ def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, ep
             fast = []
         for dtype in dtypes if fast else ():
             same = [q for q in fast if q[0].dtype == dtype]
-            if _load_compiled().adamw_update_many(*zip(*same), *args) is NotImplemented:
+            if _launch(_load_compiled().adamw_update_many, *zip(*same), *args) \
+                    is NotImplemented:
                 continue
             calls["adamw_update_many", "numba"] += 1
             done = {id(q) for q in same}
