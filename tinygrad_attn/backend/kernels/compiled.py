@@ -105,5 +105,223 @@ def _vexp(x):
 # ----------------------------------------------------------------------------- softmax
 
 # ----------------------------------------------------------------------------- norms, loss
+# Row sums (mean, variance, dot products) accumulate in float64: a float32 element converts
+# exactly, the sums of a float32 row stay exact to float32's rounding whatever its offset
+# (x + 1e4), and LLVM still vectorizes them because "reassoc" lets it split one sum into
+# SIMD lanes. Only these kernels take that flag: every other operation stays in the order
+# the reference writes it.
+_ROWS = {"cache": True, "parallel": True, "fastmath": {"reassoc"}}
+
+
+def _like(a, v):
+    """v in the float dtype of array a (compiled code only)."""
+    raise NotImplementedError
+
+
+@overload(_like, inline="always")
+def _like_ov(a, v):
+    if a.dtype == types.float32:
+        return lambda a, v: np.float32(v)
+    return lambda a, v: np.float64(v)
+
+
+def _chunks(rows: int) -> int:
+    """How many row chunks the kernels with weight gradients split the rows into: one per
+    thread, each summing its own (C,) partial, so no chunk waits on another."""
+    return max(1, min(rows, numba.get_num_threads()))
+
+
+@njit(**_ROWS)
+def _layer_norm_fwd(x, w, b, eps, y, xhat, rstd):
+    rows, n = x.shape
+    for r in prange(rows):
+        xr = x[r]
+        s = 0.0
+        for j in range(n):
+            s += xr[j]
+        mean = s / n
+        q = 0.0
+        for j in range(n):
+            d = xr[j] - mean
+            q += d * d
+        rs = _like(x, 1.0 / math.sqrt(_like(x, q / n) + eps))
+        m = _like(x, mean)
+        for j in range(n):
+            h = (xr[j] - m) * rs
+            xhat[r, j] = h
+            if w is not None:
+                h = h * w[j]
+            if b is not None:
+                h = h + b[j]
+            y[r, j] = h
+        rstd[r, 0] = rs
+
+
+def layer_norm_forward(x, weight, bias, eps):
+    """(y, xhat, rstd) of a (rows, n) x: one parallel pass, the row read from cache twice
+    more for the variance and the output."""
+    rows, n = x.shape
+    if n == 0:
+        return NotImplemented
+    y, xhat = np.empty_like(x), np.empty_like(x)
+    rstd = np.empty((rows, 1), x.dtype)
+    _layer_norm_fwd(x, weight, bias, eps, y, xhat, rstd)
+    return y, xhat, rstd
+
+
+@njit(**_ROWS)
+def _layer_norm_bwd(g, xhat, rstd, w, gx, gw, gb, nx, nw, nb, chunks):
+    rows, n = g.shape
+    for c in prange(chunks):
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            gr, hr = g[r], xhat[r]
+            if nw:
+                for j in range(n):
+                    gw[c, j] += gr[j] * hr[j]
+            if nb:
+                for j in range(n):
+                    gb[c, j] += gr[j]
+            if nx:
+                s1 = 0.0
+                s2 = 0.0
+                for j in range(n):
+                    gh = gr[j] * w[j] if w is not None else gr[j]
+                    s1 += gh
+                    s2 += gh * hr[j]
+                m1, m2, rs = _like(g, s1 / n), _like(g, s2 / n), rstd[r, 0]
+                for j in range(n):
+                    gh = gr[j] * w[j] if w is not None else gr[j]
+                    gx[r, j] = (gh - m1 - hr[j] * m2) * rs
+
+
+def layer_norm_backward(g, xhat, rstd, weight, needs):
+    """(gx, gw, gb): one parallel pass over row chunks; gw and gb are per-chunk float64
+    partial sums ((chunks, n) each) added up at the end."""
+    rows, n = g.shape
+    nx, nw, nb = (bool(v) for v in needs)
+    chunks = _chunks(rows)
+    gx = np.empty_like(g) if nx else np.empty((0, n), g.dtype)
+    gw = np.zeros((chunks if nw else 0, n))
+    gb = np.zeros((chunks if nb else 0, n))
+    _layer_norm_bwd(g, xhat, rstd, weight, gx, gw, gb, nx, nw, nb, chunks)
+    return (gx if nx else None, gw.sum(axis=0).astype(g.dtype) if nw else None,
+            gb.sum(axis=0).astype(g.dtype) if nb else None)
+
+
+@njit(**_ROWS)
+def _rms_norm_fwd(x, w, eps, y, rstd):
+    rows, n = x.shape
+    for r in prange(rows):
+        xr = x[r]
+        q = 0.0
+        for j in range(n):
+            q += xr[j] * xr[j]
+        rs = _like(x, 1.0 / math.sqrt(q / n + eps))
+        for j in range(n):
+            v = xr[j] * rs
+            if w is not None:
+                v = v * w[j]
+            y[r, j] = v
+        rstd[r, 0] = rs
+
+
+def rms_norm_forward(x, weight, eps):
+    """(y, rstd) of a (rows, n) x: one parallel pass, the row read twice from cache."""
+    rows, n = x.shape
+    if n == 0:
+        return NotImplemented
+    y, rstd = np.empty_like(x), np.empty((rows, 1), x.dtype)
+    _rms_norm_fwd(x, weight, eps, y, rstd)
+    return y, rstd
+
+
+@njit(**_ROWS)
+def _rms_norm_bwd(g, x, rstd, w, gx, gw, nx, nw, chunks):
+    rows, n = g.shape
+    for c in prange(chunks):
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            gr, xr, rs = g[r], x[r], rstd[r, 0]
+            if nw:
+                for j in range(n):
+                    gw[c, j] += gr[j] * (xr[j] * rs)
+            if nx:
+                s = 0.0
+                for j in range(n):
+                    gh = gr[j] * w[j] if w is not None else gr[j]
+                    s += gh * (xr[j] * rs)
+                m = _like(g, s / n)
+                for j in range(n):
+                    gh = gr[j] * w[j] if w is not None else gr[j]
+                    gx[r, j] = (gh - xr[j] * rs * m) * rs
+
+
+def rms_norm_backward(g, x, rstd, weight, needs):
+    """(gx, gw): one parallel pass over row chunks, gw from per-chunk float64 partials."""
+    rows, n = g.shape
+    nx, nw = (bool(v) for v in needs)
+    chunks = _chunks(rows)
+    gx = np.empty_like(g) if nx else np.empty((0, n), g.dtype)
+    gw = np.zeros((chunks if nw else 0, n))
+    _rms_norm_bwd(g, x, rstd, weight, gx, gw, nx, nw, chunks)
+    return gx if nx else None, gw.sum(axis=0).astype(g.dtype) if nw else None
+
+
+@njit(**_ROWS)
+def _cross_entropy_fwd(x, t, ignore, loss, lse):
+    rows, n = x.shape
+    for r in prange(rows):
+        xr = x[r]
+        m = xr[0]
+        for j in range(1, n):
+            m = max(m, xr[j])  # a nan anywhere in the row makes the sum below nan anyway
+        s = 0.0
+        for j in range(n):
+            s += vexp(xr[j] - m)
+        lr = _like(x, math.log(s)) + m
+        valid = t[r] != ignore
+        loss[r] = (lr - xr[t[r] if valid else 0]) * _like(x, valid)
+        lse[r, 0] = lr
+
+
+def _int_target(target, ignore_index) -> bool:
+    """Target indices the compiled loss kernels take: a NumPy integer array whose values
+    compare exactly with ignore_index in int64 (so no uint64)."""
+    return (isinstance(target, np.ndarray) and target.dtype.kind in "iu"
+            and target.dtype != np.uint64 and -(2**63) <= ignore_index < 2**63)
+
+
+def cross_entropy_forward(logits, target, ignore_index):
+    """(loss, lse): one parallel pass over the rows (max, sum of exp, pick)."""
+    rows, n = logits.shape
+    if n == 0 or not _int_target(target, ignore_index):
+        return NotImplemented
+    loss, lse = np.empty(rows, logits.dtype), np.empty((rows, 1), logits.dtype)
+    _cross_entropy_fwd(logits, target, ignore_index, loss, lse)
+    return loss, lse
+
+
+@njit(**_ROWS)
+def _cross_entropy_bwd(x, lse, t, ignore, scale, grad):
+    rows, n = x.shape
+    step = 1 if scale.shape[0] == rows else 0  # one scale per row, or one for all
+    for r in prange(rows):
+        xr, lr = x[r], lse[r, 0]
+        valid = t[r] != ignore
+        s = scale[r * step] * _like(x, valid)
+        for j in range(n):
+            grad[r, j] = vexp(xr[j] - lr) * s
+        k = t[r] if valid else 0
+        grad[r, k] = (vexp(xr[k] - lr) - _like(x, 1.0)) * s
+
+
+def cross_entropy_backward(logits, lse, target, ignore_index, scale):
+    """The gradient in one parallel pass over the rows, exp recomputed from lse."""
+    scale = np.asarray(scale)
+    if (logits.shape[1] == 0 or not _int_target(target, ignore_index)
+            or scale.dtype != logits.dtype):
+        return NotImplemented
+    grad = np.empty_like(logits)
+    _cross_entropy_bwd(logits, lse, target, ignore_index, scale.reshape(-1), grad)
+    return grad
 
 # ------------------------------------------------------------------------- optimizer, reductions
