@@ -17,7 +17,7 @@ from tinygrad_attn import memory
 from tinygrad_attn.backend import kernels
 from tinygrad_attn.backend.kernels import reference
 
-SHAPES = [(0, 7), (5, 1), (33, 7), (64, 384)]
+SHAPES = [(0, 7), (5, 1), (33, 7), (300, 5), (64, 384)]  # 300: many rows per chunk
 DTYPES = [np.float32, np.float64]
 
 

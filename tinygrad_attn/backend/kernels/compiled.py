@@ -105,12 +105,12 @@ def _vexp(x):
 # ----------------------------------------------------------------------------- softmax
 
 # ----------------------------------------------------------------------------- norms, loss
-# Row sums (mean, variance, dot products) accumulate in float64: a float32 element converts
-# exactly, the sums of a float32 row stay exact to float32's rounding whatever its offset
-# (x + 1e4), and LLVM still vectorizes them because "reassoc" lets it split one sum into
-# SIMD lanes. Only these kernels take that flag: every other operation stays in the order
-# the reference writes it.
+# "reassoc" lets LLVM split a row's sum into SIMD lanes (a sum is otherwise one chain of
+# dependent additions); these kernels take no other fast-math liberty. Sums whose accuracy
+# matters run in float64: a row's mean (x + 1e4 keeps its variance) and the weight
+# gradients, which add up every row.
 _ROWS = {"cache": True, "parallel": True, "fastmath": {"reassoc"}}
+_FLUSH = 64  # rows a weight gradient sums in the input's dtype before it moves to float64
 
 
 def _like(a, v):
@@ -125,10 +125,21 @@ def _like_ov(a, v):
     return lambda a, v: np.float64(v)
 
 
-def _chunks(rows: int) -> int:
-    """How many row chunks the kernels with weight gradients split the rows into: one per
-    thread, each summing its own (C,) partial, so no chunk waits on another."""
-    return max(1, min(rows, numba.get_num_threads()))
+@njit(inline="always")
+def _flush(acc, part, r, lo, hi):
+    """Every _FLUSH rows of a chunk and at its end: part (float64) += acc; acc = 0."""
+    if (r - lo) % _FLUSH == _FLUSH - 1 or r == hi - 1:
+        for j in range(acc.shape[0]):
+            part[j] += acc[j]
+            acc[j] = 0
+
+
+def _partials(rows: int, k: int, n: int, dtype):
+    """(chunks, acc, part) for a kernel with k weight gradients of n values: the rows split
+    in one chunk per thread, each with its own running sums (acc, in the input's dtype) and
+    float64 totals (part), so no chunk waits on another; the caller adds part over chunks."""
+    chunks = max(1, min(rows, numba.get_num_threads()))
+    return chunks, np.zeros((chunks, k, n), dtype), np.zeros((chunks, k, n))
 
 
 @njit(**_ROWS)
@@ -136,16 +147,16 @@ def _layer_norm_fwd(x, w, b, eps, y, xhat, rstd):
     rows, n = x.shape
     for r in prange(rows):
         xr = x[r]
+        k = np.float64(xr[0])  # the sums of x - k: exact in float64 for float32 x, and small
         s = 0.0
-        for j in range(n):
-            s += xr[j]
-        mean = s / n
         q = 0.0
         for j in range(n):
-            d = xr[j] - mean
+            d = xr[j] - k
+            s += d
             q += d * d
-        rs = _like(x, 1.0 / math.sqrt(_like(x, q / n) + eps))
-        m = _like(x, mean)
+        dm = s / n
+        rs = _like(x, 1.0 / math.sqrt(max(q / n - dm * dm, 0.0) + eps))
+        m = _like(x, k + dm)
         for j in range(n):
             h = (xr[j] - m) * rs
             xhat[r, j] = h
@@ -158,8 +169,8 @@ def _layer_norm_fwd(x, w, b, eps, y, xhat, rstd):
 
 
 def layer_norm_forward(x, weight, bias, eps):
-    """(y, xhat, rstd) of a (rows, n) x: one parallel pass, the row read from cache twice
-    more for the variance and the output."""
+    """(y, xhat, rstd) of a (rows, n) x: one parallel pass over the rows; each row's mean
+    and variance in one sweep (of x minus its first element, in float64), then its output."""
     rows, n = x.shape
     if n == 0:
         return NotImplemented
@@ -170,42 +181,46 @@ def layer_norm_forward(x, weight, bias, eps):
 
 
 @njit(**_ROWS)
-def _layer_norm_bwd(g, xhat, rstd, w, gx, gw, gb, nx, nw, nb, chunks):
+def _layer_norm_bwd(g, xhat, rstd, w, gx, acc, part, nx, sums, chunks):
     rows, n = g.shape
     for c in prange(chunks):
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+        lo, hi = c * rows // chunks, (c + 1) * rows // chunks
+        aw, ab = acc[c, 0], acc[c, 1]
+        for r in range(lo, hi):
             gr, hr = g[r], xhat[r]
-            if nw:
+            s1 = _like(g, 0.0)
+            s2 = _like(g, 0.0)
+            if sums:
                 for j in range(n):
-                    gw[c, j] += gr[j] * hr[j]
-            if nb:
-                for j in range(n):
-                    gb[c, j] += gr[j]
-            if nx:
-                s1 = 0.0
-                s2 = 0.0
+                    aw[j] += gr[j] * hr[j]
+                    ab[j] += gr[j]
+                    gh = gr[j] * w[j] if w is not None else gr[j]
+                    s1 += gh
+                    s2 += gh * hr[j]
+                _flush(aw, part[c, 0], r, lo, hi)
+                _flush(ab, part[c, 1], r, lo, hi)
+            else:
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
                     s1 += gh
                     s2 += gh * hr[j]
-                m1, m2, rs = _like(g, s1 / n), _like(g, s2 / n), rstd[r, 0]
+            if nx:
+                m1, m2, rs = s1 / _like(g, n), s2 / _like(g, n), rstd[r, 0]
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
                     gx[r, j] = (gh - m1 - hr[j] * m2) * rs
 
 
 def layer_norm_backward(g, xhat, rstd, weight, needs):
-    """(gx, gw, gb): one parallel pass over row chunks; gw and gb are per-chunk float64
-    partial sums ((chunks, n) each) added up at the end."""
+    """(gx, gw, gb): one parallel pass over chunks of rows; gw and gb from per-chunk partial
+    sums added up at the end (no g-sized temporary)."""
     rows, n = g.shape
     nx, nw, nb = (bool(v) for v in needs)
-    chunks = _chunks(rows)
+    chunks, acc, part = _partials(rows, 2, n, g.dtype)
     gx = np.empty_like(g) if nx else np.empty((0, n), g.dtype)
-    gw = np.zeros((chunks if nw else 0, n))
-    gb = np.zeros((chunks if nb else 0, n))
-    _layer_norm_bwd(g, xhat, rstd, weight, gx, gw, gb, nx, nw, nb, chunks)
-    return (gx if nx else None, gw.sum(axis=0).astype(g.dtype) if nw else None,
-            gb.sum(axis=0).astype(g.dtype) if nb else None)
+    _layer_norm_bwd(g, xhat, rstd, weight, gx, acc, part, nx, nw or nb, chunks)
+    total = part.sum(axis=0).astype(g.dtype)
+    return gx if nx else None, total[0] if nw else None, total[1] if nb else None
 
 
 @njit(**_ROWS)
@@ -215,7 +230,7 @@ def _rms_norm_fwd(x, w, eps, y, rstd):
         xr = x[r]
         q = 0.0
         for j in range(n):
-            q += xr[j] * xr[j]
+            q += np.float64(xr[j]) * xr[j]
         rs = _like(x, 1.0 / math.sqrt(q / n + eps))
         for j in range(n):
             v = xr[j] * rs
@@ -236,34 +251,36 @@ def rms_norm_forward(x, weight, eps):
 
 
 @njit(**_ROWS)
-def _rms_norm_bwd(g, x, rstd, w, gx, gw, nx, nw, chunks):
+def _rms_norm_bwd(g, x, rstd, w, gx, acc, part, nx, nw, chunks):
     rows, n = g.shape
     for c in prange(chunks):
-        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+        lo, hi = c * rows // chunks, (c + 1) * rows // chunks
+        aw = acc[c, 0]
+        for r in range(lo, hi):
             gr, xr, rs = g[r], x[r], rstd[r, 0]
             if nw:
                 for j in range(n):
-                    gw[c, j] += gr[j] * (xr[j] * rs)
+                    aw[j] += gr[j] * (xr[j] * rs)
+                _flush(aw, part[c, 0], r, lo, hi)
             if nx:
-                s = 0.0
+                s = _like(g, 0.0)
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
                     s += gh * (xr[j] * rs)
-                m = _like(g, s / n)
+                m = s / _like(g, n)
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
                     gx[r, j] = (gh - xr[j] * rs * m) * rs
 
 
 def rms_norm_backward(g, x, rstd, weight, needs):
-    """(gx, gw): one parallel pass over row chunks, gw from per-chunk float64 partials."""
+    """(gx, gw): one parallel pass over chunks of rows, gw from per-chunk partial sums."""
     rows, n = g.shape
     nx, nw = (bool(v) for v in needs)
-    chunks = _chunks(rows)
+    chunks, acc, part = _partials(rows, 1, n, g.dtype)
     gx = np.empty_like(g) if nx else np.empty((0, n), g.dtype)
-    gw = np.zeros((chunks if nw else 0, n))
-    _rms_norm_bwd(g, x, rstd, weight, gx, gw, nx, nw, chunks)
-    return gx if nx else None, gw.sum(axis=0).astype(g.dtype) if nw else None
+    _rms_norm_bwd(g, x, rstd, weight, gx, acc, part, nx, nw, chunks)
+    return gx if nx else None, part[:, 0].sum(axis=0).astype(g.dtype) if nw else None
 
 
 @njit(**_ROWS)
@@ -274,7 +291,7 @@ def _cross_entropy_fwd(x, t, ignore, loss, lse):
         m = xr[0]
         for j in range(1, n):
             m = max(m, xr[j])  # a nan anywhere in the row makes the sum below nan anyway
-        s = 0.0
+        s = _like(x, 0.0)  # in the logits' dtype, as the reference: terms in (0, 1]
         for j in range(n):
             s += vexp(xr[j] - m)
         lr = _like(x, math.log(s)) + m
