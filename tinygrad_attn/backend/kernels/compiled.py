@@ -142,21 +142,44 @@ def _partials(rows: int, k: int, n: int, dtype):
     return chunks, np.zeros((chunks, k, n), dtype), np.zeros((chunks, k, n))
 
 
+def _row_stats(xr):
+    """(mean, variance) of a row, in float64 (compiled code only)."""
+    raise NotImplementedError
+
+
+@overload(_row_stats, inline="always")
+def _row_stats_ov(xr):
+    if xr.dtype == types.float32:
+        def one_sweep(xr):  # x - x[0] and its square are exact in float64: one sweep
+            n, k = xr.shape[0], np.float64(xr[0])
+            s = q = 0.0
+            for j in range(n):
+                d = xr[j] - k
+                s += d
+                q += d * d
+            dm = s / n
+            return k + dm, max(q / n - dm * dm, 0.0)
+        return one_sweep
+
+    def two_sweeps(xr):  # float64: the centred sum, exact to rounding as the reference's
+        n, s, q = xr.shape[0], 0.0, 0.0
+        for j in range(n):
+            s += xr[j]
+        mean = s / n
+        for j in range(n):
+            q += (xr[j] - mean) * (xr[j] - mean)
+        return mean, q / n
+    return two_sweeps
+
+
 @njit(**_ROWS)
 def _layer_norm_fwd(x, w, b, eps, y, xhat, rstd):
     rows, n = x.shape
     for r in prange(rows):
         xr = x[r]
-        k = np.float64(xr[0])  # the sums of x - k: exact in float64 for float32 x, and small
-        s = 0.0
-        q = 0.0
-        for j in range(n):
-            d = xr[j] - k
-            s += d
-            q += d * d
-        dm = s / n
-        rs = _like(x, 1.0 / math.sqrt(max(q / n - dm * dm, 0.0) + eps))
-        m = _like(x, k + dm)
+        mean, var = _row_stats(xr)
+        rs = _like(x, 1.0 / math.sqrt(var + eps))
+        m = _like(x, mean)
         for j in range(n):
             h = (xr[j] - m) * rs
             xhat[r, j] = h
@@ -169,8 +192,9 @@ def _layer_norm_fwd(x, w, b, eps, y, xhat, rstd):
 
 
 def layer_norm_forward(x, weight, bias, eps):
-    """(y, xhat, rstd) of a (rows, n) x: one parallel pass over the rows; each row's mean
-    and variance in one sweep (of x minus its first element, in float64), then its output."""
+    """(y, xhat, rstd) of a (rows, n) x: one parallel pass over the rows, each row's mean
+    and variance in float64 (float32: one sweep over x minus its first element), then its
+    output."""
     rows, n = x.shape
     if n == 0:
         return NotImplemented
@@ -258,15 +282,17 @@ def _rms_norm_bwd(g, x, rstd, w, gx, acc, part, nx, nw, chunks):
         aw = acc[c, 0]
         for r in range(lo, hi):
             gr, xr, rs = g[r], x[r], rstd[r, 0]
+            s = _like(g, 0.0)
             if nw:
                 for j in range(n):
-                    aw[j] += gr[j] * (xr[j] * rs)
+                    h = xr[j] * rs
+                    aw[j] += gr[j] * h
+                    s += (gr[j] * w[j] if w is not None else gr[j]) * h
                 _flush(aw, part[c, 0], r, lo, hi)
-            if nx:
-                s = _like(g, 0.0)
+            else:
                 for j in range(n):
-                    gh = gr[j] * w[j] if w is not None else gr[j]
-                    s += gh * (xr[j] * rs)
+                    s += (gr[j] * w[j] if w is not None else gr[j]) * (xr[j] * rs)
+            if nx:
                 m = s / _like(g, n)
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
@@ -283,14 +309,30 @@ def rms_norm_backward(g, x, rstd, weight, needs):
     return gx if nx else None, part[:, 0].sum(axis=0).astype(g.dtype) if nw else None
 
 
+@njit(inline="always")
+def _row_max(xr):
+    """The largest of xr[0:n] (n >= 1), in eight running maxima: one would be a chain of n
+    dependent comparisons, which LLVM does not split into SIMD lanes."""
+    n = xr.shape[0]
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = xr[0]
+    j = 0
+    while j + 8 <= n:
+        m0, m1, m2, m3 = max(m0, xr[j]), max(m1, xr[j + 1]), max(m2, xr[j + 2]), \
+            max(m3, xr[j + 3])
+        m4, m5, m6, m7 = max(m4, xr[j + 4]), max(m5, xr[j + 5]), max(m6, xr[j + 6]), \
+            max(m7, xr[j + 7])
+        j += 8
+    for i in range(j, n):
+        m0 = max(m0, xr[i])
+    return max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
+
+
 @njit(**_ROWS)
 def _cross_entropy_fwd(x, t, ignore, loss, lse):
     rows, n = x.shape
     for r in prange(rows):
         xr = x[r]
-        m = xr[0]
-        for j in range(1, n):
-            m = max(m, xr[j])  # a nan anywhere in the row makes the sum below nan anyway
+        m = _row_max(xr)  # a nan anywhere in the row makes the sum below nan anyway
         s = _like(x, 0.0)  # in the logits' dtype, as the reference: terms in (0, 1]
         for j in range(n):
             s += vexp(xr[j] - m)
