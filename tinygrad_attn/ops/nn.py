@@ -27,6 +27,8 @@ class LayerNorm(Function):
     weight: exactly the factors of that formula, so neither x nor the mean is kept.
     Policy "recompute": a later node that needs y (the next Linear) keeps a recipe, and y
     is rebuilt as xhat * weight + bias in backward, so y itself is not kept.
+    The arithmetic is backend.kernels.layer_norm_forward / layer_norm_backward on the
+    (rows, normalized size) view of x.
     """
 
     policy = "layer_norm"
@@ -106,6 +108,8 @@ class CrossEntropy(Function):
     g_logits = (softmax(logits) - onehot(target)) * g / count, built in one buffer.
     Saves the logits and the per-row logsumexp (N values): the softmax is recomputed in
     backward, so no log-softmax copy and no one-hot matrix is ever kept.
+    The rows' arithmetic is backend.kernels.cross_entropy_forward / cross_entropy_backward;
+    the target's range check and the reduction stay here.
     """
 
     @staticmethod

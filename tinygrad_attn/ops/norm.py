@@ -46,6 +46,8 @@ class RMSNorm(Function):
     Saves the input x, rstd (one value per row) and the weight: x is alive anyway (in a
     transformer it is the residual stream), so only the rows' rstd is new; xhat is
     rebuilt in backward (one multiplication) instead of kept as an x-sized buffer.
+    The arithmetic is backend.kernels.rms_norm_forward / rms_norm_backward on the
+    (rows, normalized size) view of x.
     """
 
     @staticmethod
