@@ -27,6 +27,8 @@ class LayerNorm(Function):
     weight: exactly the factors of that formula, so neither x nor the mean is kept.
     Policy "recompute": a later node that needs y (the next Linear) keeps a recipe, and y
     is rebuilt as xhat * weight + bias in backward, so y itself is not kept.
+    The arithmetic is backend.kernels.layer_norm_forward / layer_norm_backward on the
+    (rows, normalized size) view of x.
     """
 
     policy = "layer_norm"
@@ -56,24 +58,14 @@ class LayerNorm(Function):
                     f"layer_norm: {name} of shape {tuple(p.shape)} must have the normalized "
                     f"shape {tuple(normalized_shape)}"
                 )
-        xp = backend.xp_for(x.device)
-        X = x._array()
-        axes = tuple(range(x.ndim - n, x.ndim))
-        mean = xp.mean(X, axis=axes, keepdims=True)
-        xhat = X - mean
-        y = xp.square(xhat)  # scratch for the variance, then the output's buffer
-        var = xp.mean(y, axis=axes, keepdims=True)
-        rstd = 1.0 / xp.sqrt(var + eps)
-        xhat *= rstd
-        if weight is not None:
-            xp.multiply(xhat, weight._array(), out=y)
-        else:
-            y[...] = xhat
-        if bias is not None:
-            y += bias._array()
-        ctx.axes = axes
-        ctx.save_for_backward(from_array(xhat), from_array(rstd), weight, bias)
-        return from_array(y)
+        lead = tuple(x.shape[: x.ndim - n])
+        ctx.rows = (math.prod(lead), math.prod(normalized_shape))  # the kernels' 2-D view
+        y, xhat, rstd = backend.kernels.layer_norm_forward(
+            x._array().reshape(ctx.rows), _flat(weight), _flat(bias), eps)
+        ctx.axes = tuple(range(x.ndim - n, x.ndim))
+        ctx.save_for_backward(from_array(xhat.reshape(x.shape)),
+                              from_array(rstd.reshape(lead + (1,) * n)), weight, bias)
+        return from_array(y.reshape(x.shape))
 
     @staticmethod
     def recompute(ctx):
@@ -85,27 +77,19 @@ class LayerNorm(Function):
 
     @staticmethod
     def backward(ctx, g):
-        xhat_t, rstd_t, weight, _ = ctx.saved_tensors
-        xp = backend.xp_for(g.device)
-        G, xhat, rstd = g._array(), xhat_t._array(), rstd_t._array()
-        lead = tuple(range(G.ndim - len(ctx.axes)))
-        _, nw, nb = ctx.needs_input_grad[:3]
-        # two input-sized buffers in all: `tmp` (products) and `gh` (becomes gx)
-        nx = ctx.needs_input_grad[0]
-        tmp = G * xhat if nw or nx else None
-        gw = from_array(xp.sum(tmp, axis=lead)) if nw else None
-        gb = from_array(xp.sum(G, axis=lead)) if nb else None
-        gx = None
-        if nx:
-            gh = G * weight._array() if weight is not None else G.copy()
-            xp.multiply(gh, xhat, out=tmp)
-            m2 = xp.mean(tmp, axis=ctx.axes, keepdims=True)
-            gh -= xp.mean(gh, axis=ctx.axes, keepdims=True)
-            xp.multiply(xhat, m2, out=tmp)
-            gh -= tmp
-            gh *= rstd
-            gx = from_array(gh)
-        return gx, gw, gb
+        xhat_t, rstd_t, weight, bias = ctx.saved_tensors
+        G = g._array()
+        gx, gw, gb = backend.kernels.layer_norm_backward(
+            G.reshape(ctx.rows), xhat_t._array().reshape(ctx.rows),
+            rstd_t._array().reshape(ctx.rows[0], 1), _flat(weight), ctx.needs_input_grad[:3])
+        return (None if gx is None else from_array(gx.reshape(G.shape)),
+                None if gw is None else from_array(gw.reshape(weight.shape)),
+                None if gb is None else from_array(gb.reshape(bias.shape)))
+
+
+def _flat(p):
+    """A parameter's array as the kernels take it: 1-D (None stays None)."""
+    return None if p is None else p._array().reshape(-1)
 
 
 @op(LayerNorm, functional=True)
@@ -124,6 +108,8 @@ class CrossEntropy(Function):
     g_logits = (softmax(logits) - onehot(target)) * g / count, built in one buffer.
     Saves the logits and the per-row logsumexp (N values): the softmax is recomputed in
     backward, so no log-softmax copy and no one-hot matrix is ever kept.
+    The rows' arithmetic is backend.kernels.cross_entropy_forward / cross_entropy_backward;
+    the target's range check and the reduction stay here.
     """
 
     @staticmethod
@@ -145,10 +131,7 @@ class CrossEntropy(Function):
         C = logits.shape[1]
         if T.size and (int(safe_t.min()) < 0 or int(safe_t.max()) >= C):
             raise IndexError(f"cross_entropy: target out of range for {C} classes")
-        m = xp.max(X, axis=1, keepdims=True)
-        lse = xp.log(xp.sum(xp.exp(X - m), axis=1, keepdims=True)) + m
-        picked = xp.take_along_axis(X, safe_t[:, None], axis=1)
-        losses = ((lse - picked)[:, 0] * valid).astype(X.dtype, copy=False)
+        losses, lse = backend.kernels.cross_entropy_forward(X, T, ignore_index)
         count = int(valid.sum())
         ctx.reduction, ctx.count = reduction, max(count, 1)
         ctx.save_for_backward(logits, from_array(lse), target)
@@ -165,20 +148,10 @@ class CrossEntropy(Function):
     @staticmethod
     def backward(ctx, g):
         logits, lse, target = ctx.saved_tensors
-        xp = backend.xp_for(g.device)
-        X, T = logits._array(), target._array()
-        valid = T != ctx.ignore_index
-        grad = X - lse._array()
-        xp.exp(grad, out=grad)  # the softmax, in the one buffer the gradient needs
-        rows = xp.arange(X.shape[0])
-        grad[rows, xp.where(valid, T, 0)] -= 1
         G = g._array()
-        if ctx.reduction == "none":
-            grad *= (G * valid)[:, None]
-        else:
-            scale = G / ctx.count if ctx.reduction == "mean" else G
-            grad *= valid[:, None] * scale
-        return from_array(grad), None
+        scale = G / ctx.count if ctx.reduction == "mean" else G  # "none": one per row
+        return from_array(backend.kernels.cross_entropy_backward(
+            logits._array(), lse._array(), target._array(), ctx.ignore_index, scale)), None
 
 
 @op(CrossEntropy, *COMPOSED_CLASSES, functional=True)

@@ -46,6 +46,8 @@ class RMSNorm(Function):
     Saves the input x, rstd (one value per row) and the weight: x is alive anyway (in a
     transformer it is the residual stream), so only the rows' rstd is new; xhat is
     rebuilt in backward (one multiplication) instead of kept as an x-sized buffer.
+    The arithmetic is backend.kernels.rms_norm_forward / rms_norm_backward on the
+    (rows, normalized size) view of x.
     """
 
     @staticmethod
@@ -57,39 +59,34 @@ class RMSNorm(Function):
             raise ShapeError(f"rms_norm: input of shape {tuple(x.shape)} does not end with "
                              f"the normalized shape {tuple(normalized_shape)}")
         _param_shape("rms_norm", "weight", weight, normalized_shape)
-        xp = backend.xp_for(x.device)
         X = x._array()
         if eps is None:
-            eps = float(xp.finfo(X.dtype).eps)
+            eps = float(backend.xp_for(x.device).finfo(X.dtype).eps)
         ctx.axes = tuple(range(x.ndim - n, x.ndim))
-        rstd = xp.mean(xp.square(X), axis=ctx.axes, keepdims=True)
-        rstd += eps
-        rstd = 1.0 / xp.sqrt(rstd)
-        y = X * rstd
-        if weight is not None:
-            y *= weight._array().astype(X.dtype, copy=False)
-        ctx.save_for_backward(x, from_array(rstd), weight)
-        return from_array(y)
+        lead = tuple(x.shape[: x.ndim - n])
+        ctx.rows = (shp.numel(lead), shp.numel(normalized_shape))  # the kernels' 2-D view
+        y, rstd = backend.kernels.rms_norm_forward(X.reshape(ctx.rows),
+                                                   _flat_as(weight, X.dtype), eps)
+        ctx.save_for_backward(x, from_array(rstd.reshape(lead + (1,) * n)), weight)
+        return from_array(y.reshape(x.shape))
 
     @staticmethod
     def backward(ctx, g):
         x, rstd_t, weight = ctx.saved_tensors
-        xp = backend.xp_for(g.device)
-        G, rstd = g._array(), rstd_t._array()
-        xhat = x._array() * rstd
-        gx = gw = None
-        if ctx.needs_input_grad[1]:
-            gw = from_array(xp.sum(G * xhat, axis=tuple(range(G.ndim - len(ctx.axes))))
-                            .astype(weight.dtype.np, copy=False))
-        if ctx.needs_input_grad[0]:
-            gh = G * weight._array().astype(G.dtype, copy=False) if weight is not None \
-                else G.copy()
-            m = xp.mean(gh * xhat, axis=ctx.axes, keepdims=True)
-            xhat *= m
-            gh -= xhat
-            gh *= rstd
-            gx = from_array(gh)
-        return gx, gw
+        G = g._array()
+        gx, gw = backend.kernels.rms_norm_backward(
+            G.reshape(ctx.rows), x._array().reshape(ctx.rows),
+            rstd_t._array().reshape(ctx.rows[0], 1), _flat_as(weight, G.dtype),
+            ctx.needs_input_grad[:2])
+        return (None if gx is None else from_array(gx.reshape(G.shape)),
+                None if gw is None else
+                from_array(gw.astype(weight.dtype.np, copy=False).reshape(weight.shape)))
+
+
+def _flat_as(p, dtype):
+    """A weight's array as the kernels take it: 1-D, cast to the input's dtype (a weight of
+    another dtype is cast, as torch does; None stays None)."""
+    return None if p is None else p._array().astype(dtype, copy=False).reshape(-1)
 
 
 @op(RMSNorm, functional=True)

@@ -186,6 +186,12 @@ masked_softmax_forward = _kernel("masked_softmax_forward", 1)  # the mask: check
 masked_softmax_backward = _kernel("masked_softmax_backward", 2)
 
 # ----------------------------------------------------------------------------- norms, loss
+layer_norm_forward = _kernel("layer_norm_forward", 3)
+layer_norm_backward = _kernel("layer_norm_backward", 4)
+rms_norm_forward = _kernel("rms_norm_forward", 2)
+rms_norm_backward = _kernel("rms_norm_backward", 4)
+cross_entropy_forward = _kernel("cross_entropy_forward", 1)
+cross_entropy_backward = _kernel("cross_entropy_backward", 2)
 
 # ------------------------------------------------------------------------- optimizer, reductions
 adamw_update = _kernel("adamw_update", 4)

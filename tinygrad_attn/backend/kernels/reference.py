@@ -404,3 +404,112 @@ def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, ep
     (torch.optim.AdamW's foreach form; the compiled twin does them all in one pass)."""
     for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
         adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step)
+
+
+# ----------------------------------------------------------------------------- norms, loss
+# Row kernels on the 2-D view (rows, n) of an op's operands: the op reshapes its input, so a
+# kernel has one row axis and one reduced axis whatever the op's normalized shape.
+def _xp(a):
+    return np if isinstance(a, np.ndarray) else devices.cp
+
+
+def layer_norm_forward(x, weight, bias, eps):
+    """(y, xhat, rstd) of x (rows, n), weight and bias (n,) or None:
+
+        xhat = (x - mean) * rstd,  rstd = 1 / sqrt(mean((x - mean)^2) + eps),
+        y = xhat * weight + bias,  rstd of shape (rows, 1)."""
+    xp = _xp(x)
+    mean = x.mean(axis=1, keepdims=True)
+    xhat = x - mean
+    y = xp.square(xhat)  # scratch for the variance, then the output's buffer
+    rstd = 1.0 / xp.sqrt(y.mean(axis=1, keepdims=True) + eps)
+    xhat *= rstd
+    if weight is not None:
+        xp.multiply(xhat, weight, out=y)
+    else:
+        y[...] = xhat
+    if bias is not None:
+        y += bias
+    return y, xhat, rstd
+
+
+def layer_norm_backward(g, xhat, rstd, weight, needs):
+    """(gx, gw, gb) of g (rows, n), each None where `needs` (for x, weight, bias) is false:
+
+        gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)),  gh = g * weight,
+        gw = sum over rows of g * xhat,  gb = sum over rows of g.
+
+    Two g-sized buffers in all: `tmp` (the products) and `gh` (which becomes gx)."""
+    xp = _xp(g)
+    nx, nw, nb = needs
+    tmp = g * xhat if nw or nx else None
+    gw = tmp.sum(axis=0) if nw else None
+    gb = g.sum(axis=0) if nb else None
+    if not nx:
+        return None, gw, gb
+    gh = g * weight if weight is not None else g.copy()
+    xp.multiply(gh, xhat, out=tmp)
+    m2 = tmp.mean(axis=1, keepdims=True)
+    gh -= gh.mean(axis=1, keepdims=True)
+    xp.multiply(xhat, m2, out=tmp)
+    gh -= tmp
+    gh *= rstd
+    return gh, gw, gb
+
+
+def rms_norm_forward(x, weight, eps):
+    """(y, rstd) of x (rows, n), weight (n,) or None:
+
+        rstd = 1 / sqrt(mean(x^2) + eps) of shape (rows, 1),  y = x * rstd * weight."""
+    xp = _xp(x)
+    rstd = xp.square(x).mean(axis=1, keepdims=True)
+    rstd += eps
+    rstd = 1.0 / xp.sqrt(rstd)
+    y = x * rstd
+    if weight is not None:
+        y *= weight
+    return y, rstd
+
+
+def rms_norm_backward(g, x, rstd, weight, needs):
+    """(gx, gw) of g (rows, n), each None where `needs` (for x, weight) is false:
+
+        xhat = x * rstd,  gh = g * weight,  gx = rstd * (gh - xhat * mean(gh * xhat)),
+        gw = sum over rows of g * xhat."""
+    nx, nw = needs
+    xhat = x * rstd
+    gw = (g * xhat).sum(axis=0) if nw else None
+    if not nx:
+        return None, gw
+    gh = g * weight if weight is not None else g.copy()
+    m = (gh * xhat).mean(axis=1, keepdims=True)
+    xhat *= m
+    gh -= xhat
+    gh *= rstd
+    return gh, gw
+
+
+def cross_entropy_forward(logits, target, ignore_index):
+    """(loss, lse) of logits (N, C) and class indices target (N,), already checked to be
+    in range where they are not ignore_index:
+
+        lse = log(sum(exp(logits - max))) + max, of shape (N, 1),
+        loss = (lse - logits[target]) * (target != ignore_index), of shape (N,)."""
+    xp = _xp(logits)
+    valid = target != ignore_index
+    m = logits.max(axis=1, keepdims=True)
+    lse = xp.log(xp.exp(logits - m).sum(axis=1, keepdims=True)) + m
+    picked = xp.take_along_axis(logits, xp.where(valid, target, 0)[:, None], axis=1)
+    return ((lse - picked)[:, 0] * valid).astype(logits.dtype, copy=False), lse
+
+
+def cross_entropy_backward(logits, lse, target, ignore_index, scale):
+    """(softmax(logits) - onehot(target)) * scale * (target != ignore_index), with
+    softmax = exp(logits - lse); scale is a scalar (0-d) or one value per row (N,)."""
+    xp = _xp(logits)
+    valid = target != ignore_index
+    grad = logits - lse
+    xp.exp(grad, out=grad)  # the softmax, in the one buffer the gradient needs
+    grad[xp.arange(logits.shape[0]), xp.where(valid, target, 0)] -= 1
+    grad *= (valid * scale)[:, None] if scale.ndim else valid[:, None] * scale
+    return grad
