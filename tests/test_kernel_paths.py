@@ -30,7 +30,7 @@ def restore_kernels():
 
 
 def _step(mode: str, attn: str, policy: str):
-    """One AdamW step of a small GPT under `mode`: (loss, grads, params, ledger summary,
+    """One AdamW step of a small GPT under `mode`: (loss, grads, ledger summary,
     Storage allocations by count and bytes, the kernels that ran)."""
     ta.backend.set_kernels(mode)
     ta.manual_seed(0)
@@ -47,8 +47,7 @@ def _step(mode: str, attn: str, policy: str):
             opt.step()
     allocs = [e for e in prof.events if e["kind"] == "alloc"]
     grads = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
-    params = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
-    return dict(loss=loss.item(), grads=grads, params=params, summary=prof.summary(),
+    return dict(loss=loss.item(), grads=grads, summary=prof.summary(),
                 n_alloc=len(allocs), alloc_bytes=sum(e["bytes"] for e in allocs),
                 ran=dict(kernels.calls))
 
@@ -66,12 +65,9 @@ def test_step_agrees_and_costs_the_same_bytes(restore_kernels, attn, policy):
     for name, g in ref["grads"].items():
         np.testing.assert_allclose(fast["grads"][name], g, rtol=2e-3, atol=2e-5,
                                    err_msg=name)
-    for name, p in ref["params"].items():
-        # atol: a gradient that is zero in exact arithmetic (the key bias's) is rounding
-        # noise on each path, and Adam's first step turns its sign into +-lr; 2e-5 is
-        # 0.2% of this lr
-        np.testing.assert_allclose(fast["params"][name], p, rtol=1e-4, atol=2e-5,
-                                   err_msg=name)
+    # (the parameters after the step are not compared: Adam's first step is lr * g / (|g| +
+    # eps), which turns a gradient's float32 rounding into a visible change where |g| is
+    # near eps; tests/test_kernels_optim.py checks the update itself bit for bit)
     # memory: not a byte more on the compiled path
     assert fast["n_alloc"] <= ref["n_alloc"]
     assert fast["alloc_bytes"] <= ref["alloc_bytes"]
