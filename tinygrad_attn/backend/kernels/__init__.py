@@ -4,8 +4,8 @@ Two modules hold kernels of the same names and signatures:
 
     reference  NumPy (and CuPy through the same array expressions): short, commented, the
                formula visible. The one a reader studies, and the one that always works.
-    compiled   numba: the same kernels compiled, fused into one pass each way and run over
-               all cores. The only module in the project that imports numba, and only when a
+    compiled/  numba: the same kernels compiled, fused into one pass each way and run over
+               all cores. The only package in the project that imports numba, and only when a
                kernel first needs it (`pip install 'tinygrad_attn[fast]'` installs it).
 
 The autograd Functions do not know which one runs: they call `backend.kernels.NAME(...)`
@@ -68,7 +68,7 @@ def numba_available() -> bool:
 
 
 def _load_compiled():
-    """The compiled module, imported on first use (this is when numba is imported)."""
+    """The compiled package, imported on first use (this is when numba is imported)."""
     if _state["compiled"] is None:
         _state["compiled"] = importlib.import_module(".compiled", __name__)
         threads.apply_to_compiled(_state["compiled"])  # its pool follows the engine's count

@@ -1,9 +1,9 @@
 """The reference kernels: the engine's fused and scattered work, written with NumPy.
 
 This is the module a reader studies: each kernel is short, its formula is in its docstring
-and its code is NumPy (or CuPy, through the same array expressions). The compiled module
-beside it (`compiled.py`, numba) has a kernel of the same name and signature for each one it
-speeds up and must agree with it; `kernels/__init__.py` chooses between the two per call.
+and its code is NumPy (or CuPy, through the same array expressions). The `compiled` package
+beside it (numba) has a kernel of the same name and signature for each one it speeds up,
+and must agree with it; `kernels/__init__.py` chooses between the two per call.
 On CuPy arrays the kernels call CuPy's own functions (cupyx.scatter_add,
 cupyx.scipy.special.erf) or run the same array expressions.
 """

@@ -1,0 +1,80 @@
+"""What every compiled kernel module shares: numba's set-up (the threading layer, the pool's
+thread count), the jit option sets, and the float32 math LLVM can vectorize (exp32)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types  # noqa: F401 - prange: the kernels below
+from numba.extending import intrinsic, overload
+
+if not os.environ.get("NUMBA_THREADING_LAYER"):  # the user's choice, where made, wins
+    numba.config.THREADING_LAYER = "workqueue"
+
+JIT = {"cache": True}  # serial kernels
+PAR = {"cache": True, "parallel": True}  # kernels spread over the threads
+
+F32 = np.float32
+
+
+def set_num_threads(n: int) -> int:
+    """Use n threads (at most the pool's size, NUMBA_NUM_THREADS); returns the count set."""
+    n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    return n
+
+
+# ----------------------------------------------------------------------------- math
+@intrinsic
+def _int32_bits_as_float32(typingctx, i):
+    """The float32 whose bit pattern is the int32 i (a register move, no memory)."""
+    sig = types.float32(types.int32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def exp32(x):
+    """exp of a float32, to within 1 ulp or so of the C library's, in a form LLVM vectorizes.
+
+    exp(x) = 2^k * exp(r) with k = round(x / ln 2), r = x - k ln 2 (ln 2 split in two so r is
+    exact), exp(r) by Cephes' degree-6 polynomial on |r| <= ln 2 / 2, and 2^k built in the
+    exponent bits. Below -87.3 the result is 0 (float32's denormals are not produced), above
+    88.7 it is inf, and nan stays nan."""
+    xc = min(max(x, F32(-87.0)), F32(88.0))
+    k = np.floor(xc * F32(1.4426950408889634) + F32(0.5))
+    r = xc - k * F32(0.693359375) + k * F32(2.12194440e-4)
+    p = F32(1.9875691500e-4)
+    p = p * r + F32(1.3981999507e-3)
+    p = p * r + F32(8.3334519073e-3)
+    p = p * r + F32(4.1665795894e-2)
+    p = p * r + F32(1.6666665459e-1)
+    p = p * r + F32(5.0000001201e-1)
+    p = p * r * r + r + F32(1.0)
+    y = p * _int32_bits_as_float32((np.int32(k) + np.int32(127)) << np.int32(23))
+    if x < F32(-87.3):
+        y = F32(0.0)
+    if x > F32(88.7):
+        y = F32(np.inf)
+    if x != x:
+        y = x
+    return y
+
+
+def vexp(x):
+    """exp in the argument's precision: exp32 for float32, the C library's for float64."""
+    raise NotImplementedError  # only called from compiled code, through the overload below
+
+
+@overload(vexp, inline="always")
+def _vexp(x):
+    if x == types.float32:
+        return lambda x: exp32(x)
+    return lambda x: math.exp(x)
