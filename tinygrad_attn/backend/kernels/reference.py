@@ -326,19 +326,41 @@ def gelu_tanh_backward(x, g):
     return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner)
 
 
+def _row_blocks(x):
+    """x as (rows, n) and the row ranges of blocks of about _BLOCK elements."""
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    step = max(1, _BLOCK // max(1, rows.shape[1]))
+    return rows, [(r, min(r + step, rows.shape[0])) for r in range(0, rows.shape[0], step)]
+
+
 def bias_gelu_forward(x, bias, approximate="none"):
     """gelu(x + bias), the bias (x.shape[-1],) added along the last dim.
 
-    The reference forms x + bias as a whole array; the compiled twin adds it element by
-    element inside the gelu pass."""
-    z = x + bias
-    return gelu_tanh_forward(z) if approximate == "tanh" else gelu_forward(z)
+    x + bias is formed a block of rows at a time, so it never exists as a whole array (it
+    would be a temporary of x's size); the compiled twin adds it element by element."""
+    gelu = gelu_tanh_forward if approximate == "tanh" else gelu_forward
+    if not isinstance(x, np.ndarray):  # CuPy: whole arrays
+        return gelu(x + bias)
+    rows, blocks = _row_blocks(x)
+    out = np.empty(rows.shape, x.dtype)
+    for lo, hi in blocks:
+        out[lo:hi] = gelu(rows[lo:hi] + bias)
+    return out.reshape(x.shape)
 
 
 def bias_gelu_backward(x, bias, g, approximate="none"):
-    """(gx, gbias): gx = g * gelu'(x + bias), gbias = gx summed over all dims but the last."""
-    z = x + bias
-    gx = gelu_tanh_backward(z, g) if approximate == "tanh" else gelu_backward(z, g)
+    """(gx, gbias): gx = g * gelu'(x + bias), gbias = gx summed over all dims but the last.
+    x + bias is formed a block of rows at a time, as in the forward."""
+    grad = gelu_tanh_backward if approximate == "tanh" else gelu_backward
+    if not isinstance(x, np.ndarray):
+        gx = grad(x + bias, g)
+    else:
+        rows, blocks = _row_blocks(x)
+        g_rows = g.reshape(rows.shape)
+        gx = np.empty(rows.shape, x.dtype)
+        for lo, hi in blocks:
+            gx[lo:hi] = grad(rows[lo:hi] + bias, g_rows[lo:hi])
+        gx = gx.reshape(x.shape)
     return gx, gx.sum(axis=tuple(range(gx.ndim - 1)))
 
 
