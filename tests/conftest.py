@@ -60,3 +60,34 @@ def gpu_device(request, monkeypatch):
 @pytest.fixture(autouse=True)
 def _seed():
     ta.manual_seed(0)
+
+
+# ----------------------------------------------------------------------------- kernel paths
+# The kernel layer's modes (docs/kernels.md). Each fixture restores the mode it found, and
+# numba is imported only inside them, never when a test module is collected.
+@pytest.fixture
+def compiled():
+    """The compiled kernel package (skips without numba)."""
+    pytest.importorskip("numba")
+    return ta.backend.kernels._load_compiled()
+
+
+@pytest.fixture(params=["numpy", "numba"])
+def mode(request):
+    """Each kernel path in turn: "numpy" (the reference) and "numba" (compiled, any size)."""
+    if request.param == "numba":
+        pytest.importorskip("numba")
+    before = ta.backend.get_kernels()
+    ta.backend.set_kernels(request.param)
+    yield request.param
+    ta.backend.set_kernels(before)
+
+
+@pytest.fixture
+def numba_mode():
+    """The compiled kernels at every size, for the test's duration."""
+    pytest.importorskip("numba")
+    before = ta.backend.get_kernels()
+    ta.backend.set_kernels("numba")
+    yield
+    ta.backend.set_kernels(before)

@@ -21,10 +21,12 @@ NO_NUMBA = "import sys; sys.modules['numba'] = None  # as if numba were not inst
 
 @pytest.fixture
 def mode():
-    """Restores the kernel mode after the test."""
+    """Restores the kernel mode after the test: straight into the state, since a test may
+    have patched numba_available, and set_kernels("numba") would then refuse the mode
+    that was valid when it was saved (TINYGRAD_ATTN_KERNELS=numba runs)."""
     before = kernels.get_kernels()
     yield
-    kernels.set_kernels(before)
+    kernels._state["mode"] = before
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ CONFIG = dict(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
 @pytest.fixture
 def restore_kernels():
-    mode = ta.backend.get_kernels()
+    before = ta.backend.get_kernels()
     yield
-    ta.backend.set_kernels(mode)
+    ta.backend.set_kernels(before)
 
 
 def _step(mode: str, attn: str, policy: str):

@@ -25,29 +25,7 @@ EDGE = [0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 3.0, -3.0, 9.0, -9.0, 20.0, -20.0, 
 SIZES = [0, 1, 7, 16384 + 3, 3 * 16384 + 5]  # 16384: the compiled kernels' block
 
 
-@pytest.fixture
-def compiled():
-    pytest.importorskip("numba")
-    return kernels._load_compiled()
 
-
-@pytest.fixture(params=["numpy", "numba"])
-def mode(request):
-    if request.param == "numba":
-        pytest.importorskip("numba")
-    before = kernels.get_kernels()
-    kernels.set_kernels(request.param)
-    yield request.param
-    kernels.set_kernels(before)
-
-
-@pytest.fixture
-def numba_mode():
-    pytest.importorskip("numba")
-    before = kernels.get_kernels()
-    kernels.set_kernels("numba")
-    yield
-    kernels.set_kernels(before)
 
 
 def _inputs(n, dtype, seed=0):

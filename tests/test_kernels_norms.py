@@ -22,29 +22,7 @@ SHAPES = [(0, 7), (5, 1), (33, 7), (300, 5), (64, 384)]  # 300: many rows per ch
 DTYPES = [np.float32, np.float64]
 
 
-@pytest.fixture
-def compiled():
-    pytest.importorskip("numba")
-    return kernels._load_compiled()
 
-
-@pytest.fixture
-def numba_mode():
-    pytest.importorskip("numba")
-    before = kernels.get_kernels()
-    kernels.set_kernels("numba")
-    yield
-    kernels.set_kernels(before)
-
-
-@pytest.fixture(params=["numpy", "numba"])
-def mode(request):
-    if request.param == "numba":
-        pytest.importorskip("numba")
-    before = kernels.get_kernels()
-    kernels.set_kernels(request.param)
-    yield request.param
-    kernels.set_kernels(before)
 
 
 def _rand(shape, dtype, seed=0, offset=0.0):

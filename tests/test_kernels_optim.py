@@ -24,29 +24,7 @@ HYPER = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8)
 SIZES = [1, 7, 16384 + 3, 3 * 16384 + 5]  # 16384: the compiled AdamW's chunk
 
 
-@pytest.fixture
-def compiled():
-    pytest.importorskip("numba")
-    return kernels._load_compiled()
 
-
-@pytest.fixture(params=["numpy", "numba"])
-def mode(request):
-    if request.param == "numba":
-        pytest.importorskip("numba")
-    before = kernels.get_kernels()
-    kernels.set_kernels(request.param)
-    yield request.param
-    kernels.set_kernels(before)
-
-
-@pytest.fixture
-def numba_mode():
-    pytest.importorskip("numba")
-    before = kernels.get_kernels()
-    kernels.set_kernels("numba")
-    yield
-    kernels.set_kernels(before)
 
 
 def _adamw_arrays(shape, dtype, seed=0):

@@ -22,21 +22,6 @@ TOL = {np.float32: {"rtol": 2e-6, "atol": 1e-37}, np.float64: {"rtol": 1e-13, "a
 DIFF_ATOL = {np.float32: 1e-6, np.float64: 1e-14}
 
 
-@pytest.fixture
-def compiled():
-    """The compiled module (numba is imported here, never at this file's import)."""
-    pytest.importorskip("numba")
-    return kernels._load_compiled()
-
-
-@pytest.fixture(params=["numpy", "numba"])
-def mode(request):
-    if request.param == "numba":
-        pytest.importorskip("numba")
-    before = kernels.get_kernels()
-    kernels.set_kernels(request.param)
-    yield request.param
-    kernels.set_kernels(before)
 
 
 def _rows(name, dtype):
