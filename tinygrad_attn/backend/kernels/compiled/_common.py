@@ -40,7 +40,7 @@ def _int32_bits_as_float32(typingctx, i):
     return sig, codegen
 
 
-@njit
+@njit(inline="always")
 def exp32(x):
     """exp of a float32, to within 1 ulp or so of the C library's, in a form LLVM vectorizes.
 
@@ -73,7 +73,7 @@ def vexp(x):
     raise NotImplementedError  # only called from compiled code, through the overload below
 
 
-@overload(vexp)
+@overload(vexp, inline="always")
 def _vexp(x):
     if x == types.float32:
         return lambda x: exp32(x)

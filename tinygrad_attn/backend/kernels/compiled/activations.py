@@ -38,7 +38,7 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _TANH_K, _TANH_3K = 0.044715, 3 * 0.044715
 
 
-@njit
+@njit(inline="always")
 def _gelu_cdf32(x):
     """(Phi(x), exp(-x^2 / 2)) of a float32, Phi by Abramowitz & Stegun 7.1.26 in the
     reference's order of operations: one exp serves Phi and the density."""
@@ -54,7 +54,7 @@ def _gelu_cdf32(x):
     return math.copysign(y, x) + F32(0.5), e
 
 
-@njit
+@njit(inline="always")
 def _tanh_halves32(x):
     """(1 + tanh(u), 1 - tanh(u)) for gelu's tanh argument u of a float32 x, from one
     e = exp(-2|u|) <= 1: 2 / (1 + e) and 2e / (1 + e), the large one and the small one by
@@ -74,7 +74,7 @@ def _gelu(x):
     raise NotImplementedError  # only called from compiled code, through the overload below
 
 
-@overload(_gelu)
+@overload(_gelu, inline="always")
 def _ov_gelu(x):
     if x == types.float32:
         def gelu32(x):
@@ -89,7 +89,7 @@ def _gelu_grad(x, g):
     raise NotImplementedError
 
 
-@overload(_gelu_grad)
+@overload(_gelu_grad, inline="always")
 def _ov_gelu_grad(x, g):
     if x == types.float32:
         def grad32(x, g):
@@ -108,7 +108,7 @@ def _gelu_tanh(x):
     raise NotImplementedError
 
 
-@overload(_gelu_tanh)
+@overload(_gelu_tanh, inline="always")
 def _ov_gelu_tanh(x):
     if x == types.float32:
         def tanh32(x):
@@ -127,7 +127,7 @@ def _gelu_tanh_grad(x, g):
     raise NotImplementedError
 
 
-@overload(_gelu_tanh_grad)
+@overload(_gelu_tanh_grad, inline="always")
 def _ov_gelu_tanh_grad(x, g):
     if x == types.float32:
         def grad32(x, g):

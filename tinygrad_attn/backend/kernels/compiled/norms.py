@@ -25,14 +25,14 @@ def _in_dtype_of(a, v):
     raise NotImplementedError
 
 
-@overload(_in_dtype_of)
+@overload(_in_dtype_of, inline="always")
 def _in_dtype_of_ov(a, v):
     if a.dtype == types.float32:
         return lambda a, v: np.float32(v)
     return lambda a, v: np.float64(v)
 
 
-@njit
+@njit(inline="always")
 def _flush_partial(acc, part, r, lo, hi):
     """Every _FLUSH_ROWS rows of a chunk and at its end: part (float64) += acc; acc = 0."""
     if (r - lo) % _FLUSH_ROWS == _FLUSH_ROWS - 1 or r == hi - 1:
@@ -54,7 +54,7 @@ def _row_stats(xr):
     raise NotImplementedError
 
 
-@overload(_row_stats)
+@overload(_row_stats, inline="always")
 def _row_stats_ov(xr):
     if xr.dtype == types.float32:
         def one_sweep(xr):  # x - x[0] and its square are exact in float64: one sweep

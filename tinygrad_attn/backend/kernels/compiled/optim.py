@@ -44,7 +44,7 @@ def _adamw_row(table, j, p, g, m, v):
     return True
 
 
-@njit
+@njit(inline="always")
 def _adamw_span(p, g, m, v, lo, hi, decay, b1, c1, b2, c2, inv_bc2, eps, neg_step):
     # The reference's operations one by one, each rounded to the arrays' dtype, in its
     # order: the same arithmetic, so the same bits. No fastmath: it would let LLVM fuse

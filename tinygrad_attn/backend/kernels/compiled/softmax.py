@@ -35,7 +35,7 @@ def _row_dot(a, b):
     return s
 
 
-@njit
+@njit(inline="always")
 def _row_max(a):
     m = a[0]
     for j in range(1, a.shape[0]):
@@ -43,7 +43,7 @@ def _row_max(a):
     return m
 
 
-@njit
+@njit(inline="always")  # inlined once per kernel: numba's SSA check trips on two copies
 def _normalize(z, y, n):
     """y = exp(z - max) / sum(exp(z - max)) over a row's first n entries, n >= 1 (z may be
     y itself). Bounds, not slices: a slice's copy loop does not vectorize."""
@@ -102,7 +102,7 @@ def _masked(v, m):
     raise NotImplementedError  # only called from compiled code, through the overload below
 
 
-@overload(_masked)
+@overload(_masked, inline="always")
 def _masked_impl(v, m):
     if isinstance(m, types.Boolean):
         minus_inf = F32(-np.inf) if v == types.float32 else -np.inf
@@ -121,7 +121,7 @@ def _kept_prefix(mask_row):
     raise NotImplementedError  # only called from compiled code, through the overload below
 
 
-@overload(_kept_prefix)
+@overload(_kept_prefix, inline="always")
 def _kept_prefix_impl(mask_row):
     if isinstance(mask_row.dtype, types.Boolean):
         def kept(mask_row):
@@ -135,7 +135,7 @@ def _kept_prefix_impl(mask_row):
     return lambda mask_row: mask_row.shape[0]
 
 
-@njit
+@njit(inline="always")
 def _mask_offset(row, lead_shape, lead_strides):
     """Where row `row` of x (rows in C order over the lead shape) starts in the mask."""
     offset, rest = 0, row + 0  # a new variable: prange's index must not be written
