@@ -288,6 +288,8 @@ def test_bias_gelu_errors():
         F.bias_gelu(ta.ones(3, 4, dtype=ta.int64), ta.ones(4, dtype=ta.int64))
     with pytest.raises(TypeError, match="bias must be a Tensor"):
         F.bias_gelu(x, None)
+    with pytest.raises(TypeError, match="bias_gelu: input must be a Tensor, got list"):
+        F.bias_gelu([[1.0] * 4], ta.randn(4))
 
 
 def test_bias_gelu_promotes_as_gelu_of_the_sum_would():

@@ -147,8 +147,9 @@ class BiasGelu(Function):
 
     @staticmethod
     def forward(ctx, x, bias, approximate="none"):
-        if type(bias) is not Tensor:
-            raise TypeError(f"bias_gelu: bias must be a Tensor, got {type(bias).__name__}")
+        for name, t in (("input", x), ("bias", bias)):
+            if type(t) is not Tensor:
+                raise TypeError(f"bias_gelu: {name} must be a Tensor, got {type(t).__name__}")
         check_same_device("bias_gelu", x, bias)
         _check_approximate("bias_gelu", approximate)
         if x.ndim == 0 or tuple(bias.shape) != (x.shape[-1],):
