@@ -84,6 +84,29 @@ def test_float64_exact_gelu_is_the_references_to_the_bit(compiled):
         assert compiled.gelu_backward(x, g).tobytes() == reference.gelu_backward(x, g).tobytes()
 
 
+def test_the_gelu_loops_exp_of_non_positive_values_is_exp32_to_the_bit(compiled):
+    """The gelu loops take exp only of values <= 0, through a copy of exp32 without its
+    overflow and nan checks: on every such value it must be exp32's result, bit for bit,
+    including the underflow to 0 below -87.3 and the values around it."""
+    numba = pytest.importorskip("numba")
+    from tinygrad_attn.backend.kernels.compiled import _common, activations
+
+    @numba.njit
+    def both(v, a, b):
+        for i in range(v.size):
+            a[i] = _common.exp32(v[i])
+            b[i] = activations._exp_nonpos32(v[i])
+
+    rng = np.random.default_rng(0)
+    v = np.concatenate([-rng.exponential(20.0, 100_000), np.linspace(-88.0, -86.5, 3001),
+                        [0.0, -0.0, -1e-30, -87.0, -87.3, -87.33, -88.72, -1e4, -np.inf]])
+    v = v.astype(np.float32)
+    a, b = np.empty_like(v), np.empty_like(v)
+    both(v, a, b)
+    assert a.tobytes() == b.tobytes()
+    assert (a[v < -87.34] == 0).all() and a[v == 0].tolist() == [1.0, 1.0]
+
+
 def test_gelu_tanh_float32_keeps_its_relative_accuracy_where_tanh_nears_minus_one(compiled):
     # 1 + tanh(u) and 1 - tanh(u) come from exp(-2|u|) directly, never as a difference: on
     # x in [-4, -1] both directions stay within a few float32 ulps of the float64 values,

@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from ._common import F32, JIT, PAR, exp32
+from ._common import F32, JIT, PAR, _int32_bits_as_float32
 
 # Elementwise kernels run over blocks of _ACT_BLOCK elements, one block per prange step; the
 # inner loop over a block is what LLVM vectorizes. The exact gelu's arithmetic is the
@@ -39,6 +39,27 @@ _TANH_K, _TANH_3K = 0.044715, 3 * 0.044715
 
 
 @njit(inline="always")
+def _exp_nonpos32(v):
+    """exp32 of a float32 v <= 0, to the bit: exp32's arithmetic without the two checks no
+    such v needs (the overflow above 88.7 and nan, which the gelu's product with x passes
+    on anyway). Three fewer compares and selects per element in the gelu loops."""
+    vc = max(v, F32(-87.0))
+    k = np.floor(vc * F32(1.4426950408889634) + F32(0.5))
+    r = vc - k * F32(0.693359375) + k * F32(2.12194440e-4)
+    p = F32(1.9875691500e-4)
+    p = p * r + F32(1.3981999507e-3)
+    p = p * r + F32(8.3334519073e-3)
+    p = p * r + F32(4.1665795894e-2)
+    p = p * r + F32(1.6666665459e-1)
+    p = p * r + F32(5.0000001201e-1)
+    p = p * r * r + r + F32(1.0)
+    y = p * _int32_bits_as_float32((np.int32(k) + np.int32(127)) << np.int32(23))
+    if v < F32(-87.3):
+        y = F32(0.0)
+    return y
+
+
+@njit(inline="always")
 def _gelu_cdf32(x):
     """(Phi(x), exp(-x^2 / 2)) of a float32, Phi by Abramowitz & Stegun 7.1.26 in the
     reference's order of operations: one exp serves Phi and the density."""
@@ -49,7 +70,7 @@ def _gelu_cdf32(x):
     y = (y + F32(1.421413741)) * t
     y = (y + F32(-0.284496736)) * t
     y = (y + F32(0.254829592)) * t
-    e = exp32(-(z * z))
+    e = _exp_nonpos32(-(z * z))
     y = (y * e) * F32(-0.5) + F32(0.5)  # erf(|x| / sqrt 2) / 2
     return math.copysign(y, x) + F32(0.5), e
 
@@ -61,7 +82,7 @@ def _tanh_halves32(x):
     the sign of u. Neither is a difference, so the small one keeps its relative accuracy
     (1 - tanh^2 by subtraction loses it as tanh nears +-1), and e never overflows."""
     u = F32(_SQRT_2_OVER_PI) * (x + F32(_TANH_K) * x * x * x)
-    e = exp32(F32(-2.0) * abs(u))
+    e = _exp_nonpos32(F32(-2.0) * abs(u))
     d = F32(1.0) + e
     big, small = F32(2.0) / d, (F32(2.0) * e) / d
     if u >= F32(0.0):
