@@ -174,6 +174,41 @@ def test_dropout_kernels_are_the_reference_bit_for_bit(compiled, p, n):
         assert y.tobytes() == y_ref.tobytes() and back.tobytes() == back_ref.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dropout_backward_with_streaming_stores_is_the_reference_bit_for_bit(compiled, dtype):
+    """Outputs of 32 MiB or more take streaming stores for their whole blocks from the
+    first 64-byte boundary on, plain stores before it and after the last whole block.
+    Here the streaming path is forced on small outputs at every alignment an array of
+    `dtype` can have, so every split of head, blocks and tail is checked."""
+    from tinygrad_attn.backend.kernels.compiled import activations as act
+
+    n, scale = 3 * 16384 + 5, 1 / 0.7
+    x, g = _inputs(n, dtype)
+    keep = np.random.default_rng(3).random(n) >= 0.3
+    ref = reference.dropout_backward(g, keep, scale)
+    step = np.dtype(dtype).itemsize
+    buf = np.empty(n + 64 // step, dtype)
+    t = np.dtype(dtype).type
+    for off in range(64 // step):
+        out = buf[off:off + n]
+        out[:] = np.nan
+        head = (-out.ctypes.data) % 64 // step
+        assert (out.ctypes.data + head * step) % 64 == 0
+        act._dropout_grad_map_streaming(g, keep, t(scale), t(1), t(0), out, head)
+        assert out.tobytes() == ref.tobytes()
+
+
+def test_streaming_stores_are_for_large_outputs_only(compiled):
+    from tinygrad_attn.backend.kernels.compiled import activations as act
+
+    assert act._stream_head(np.empty(1000, np.float32)) == -1
+    big = np.empty(act._NT_MIN_BYTES // 4 + 3, np.float32)
+    head = act._stream_head(big)
+    assert 0 <= head < 16 and (big.ctypes.data + 4 * head) % 64 == 0
+    assert act._stream_head(big[1:]) == (head - 1) % 16
+    assert act._stream_head(big[:act._NT_MIN_BYTES // 4 - 1]) == -1
+
+
 def test_compiled_kernels_decline_what_they_do_not_take(compiled):
     x = np.ones((4, 5), np.float32)
     assert compiled.gelu_backward(x, np.ones((5,), np.float32)) is NotImplemented

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange, types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from ._common import F32, JIT, PAR, _int32_bits_as_float32
 
@@ -315,12 +316,65 @@ def _dropout_grad_run(g, keep, scale, one, zero, out):
         out[i] = (g[i] * (one if keep[i] else zero)) * scale
 
 
-@njit(**_ACT_PAR)
-def _dropout_map(x, u, p, scale, one, zero, y, keep):
-    n = x.size
-    for blk in prange((n + _ACT_BLOCK - 1) // _ACT_BLOCK):
-        lo, hi = blk * _ACT_BLOCK, min(n, (blk + 1) * _ACT_BLOCK)
-        _dropout_run(x[lo:hi], u[lo:hi], p, scale, one, zero, y[lo:hi], keep[lo:hi])
+# Streaming stores, for outputs too large to stay in the cache (a store to memory not in
+# the cache first reads the line in, then writes it back: a streaming store writes the
+# line without the read, a third less memory traffic for g * mask -> out). Measured on
+# the (32, 256, 1536) dropout backward: 4.6 ms where plain stores took 5.8-6.1 ms, one
+# thread and two alike. The instruction needs its address aligned to the vector, and the
+# loops that use it are only given whole cache lines: a run of _NT_RUN-element blocks
+# that starts on a 64-byte boundary (the vector loop never leaves a remainder in them).
+_NT_MIN_BYTES = 32 << 20  # about the L3 cache: smaller outputs may still be read from it
+_NT_ALIGN = 64
+
+
+@intrinsic
+def _stream_store(typingctx, arr, i, v):
+    """arr[i] = v as a non-temporal store (the caller guarantees 64-byte alignment of the
+    vector stores LLVM makes of it: see _NT_ALIGN)."""
+    sig = types.void(arr, types.intp, arr.dtype)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(ary.data, [args[1]], inbounds=True)
+        store = builder.store(args[2], ptr, align=32)
+        store.set_metadata("nontemporal",
+                           builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _store_fence(typingctx):
+    """A full fence (mfence on x86): streaming stores are weakly ordered, so each block
+    fences them before its thread reports the block done."""
+
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@njit(**_ACT_SERIAL)
+def _dropout_grad_stream(g, keep, scale, one, zero, out):
+    for i in range(g.size):
+        _stream_store(out, i, (g[i] * (one if keep[i] else zero)) * scale)
+    _store_fence()
+
+
+@njit(inline="always")
+def _stream_split(n, head, blk):
+    """(lo, hi, streaming) of block blk of n elements where out[head:] starts on a cache
+    line: block 0 is the head, the last block what follows the whole _ACT_BLOCK blocks
+    (both plain stores), the whole blocks between them streaming stores."""
+    whole = (n - head) // _ACT_BLOCK
+    if blk == 0:
+        return 0, head, False
+    if blk == whole + 1:
+        return head + whole * _ACT_BLOCK, n, False
+    lo = head + (blk - 1) * _ACT_BLOCK
+    return lo, lo + _ACT_BLOCK, True
 
 
 @njit(**_ACT_PAR)
@@ -329,6 +383,36 @@ def _dropout_grad_map(g, keep, scale, one, zero, out):
     for blk in prange((n + _ACT_BLOCK - 1) // _ACT_BLOCK):
         lo, hi = blk * _ACT_BLOCK, min(n, (blk + 1) * _ACT_BLOCK)
         _dropout_grad_run(g[lo:hi], keep[lo:hi], scale, one, zero, out[lo:hi])
+
+
+@njit(**_ACT_PAR)
+def _dropout_grad_map_streaming(g, keep, scale, one, zero, out, head):
+    """_dropout_grad_map for large outputs (a kernel of its own, so it compiles only when
+    such an output comes: smaller work never pays its compile time)."""
+    for blk in prange((g.size - head) // _ACT_BLOCK + 2):
+        lo, hi, streaming = _stream_split(g.size, head, blk)
+        if streaming:
+            _dropout_grad_stream(g[lo:hi], keep[lo:hi], scale, one, zero, out[lo:hi])
+        else:
+            _dropout_grad_run(g[lo:hi], keep[lo:hi], scale, one, zero, out[lo:hi])
+
+
+@njit(**_ACT_PAR)
+def _dropout_map(x, u, p, scale, one, zero, y, keep):
+    n = x.size
+    for blk in prange((n + _ACT_BLOCK - 1) // _ACT_BLOCK):
+        lo, hi = blk * _ACT_BLOCK, min(n, (blk + 1) * _ACT_BLOCK)
+        _dropout_run(x[lo:hi], u[lo:hi], p, scale, one, zero, y[lo:hi], keep[lo:hi])
+
+
+def _stream_head(out) -> int:
+    """Elements before out's first 64-byte boundary where streaming stores pay (an output
+    of at least _NT_MIN_BYTES, with a whole block after the head); else -1."""
+    head = (-out.ctypes.data) % _NT_ALIGN // out.itemsize
+    if (out.nbytes < _NT_MIN_BYTES or out.ctypes.data % out.itemsize
+            or head + _ACT_BLOCK > out.size):
+        return -1
+    return head
 
 
 def dropout_forward(x, u, p):
@@ -349,5 +433,10 @@ def dropout_backward(g, keep, scale):
         return NotImplemented
     out = np.empty_like(g)
     t = g.dtype.type
-    _dropout_grad_map(g.reshape(-1), keep.reshape(-1), t(scale), t(1), t(0), out.reshape(-1))
+    args = (g.reshape(-1), keep.reshape(-1), t(scale), t(1), t(0), out.reshape(-1))
+    head = _stream_head(out)
+    if head < 0:
+        _dropout_grad_map(*args)
+    else:
+        _dropout_grad_map_streaming(*args, head)
     return out
