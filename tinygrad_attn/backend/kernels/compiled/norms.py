@@ -269,7 +269,7 @@ def cross_entropy_forward(logits, target, ignore_index):
 def _cross_entropy_bwd(x, lse, t, ignore, scale, grad):
     rows, n = x.shape
     step = 1 if scale.shape[0] == rows else 0  # one scale per row, or one for all
-    for r in prange(rows):  # x[r, j], not a row view: measured 5-15% faster here
+    for r in prange(rows):  # x[r, j], not a row view: measured about 5% faster here
         lr = lse[r, 0]
         valid = t[r] != ignore
         s = scale[r * step] * _in_dtype_of(x, valid)
