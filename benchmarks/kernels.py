@@ -18,6 +18,7 @@ kernels that ran compiled (empty: no compiled twin yet, both paths ran the refer
 
     python benchmarks/kernels.py --quick          # small shapes, a smoke test
     python benchmarks/kernels.py --repeat 7 --markdown kernels.md
+    python benchmarks/kernels.py --repeat 15 --only gelu,layer_norm   # some rows, no AdamW
 """
 
 from __future__ import annotations
@@ -177,9 +178,15 @@ def run_row(make_runs, engines, repeat: int) -> dict:
     return {"median": med, "first": first, "compiled": sorted(compiled)}
 
 
+def _wanted(name: str, only) -> bool:
+    return only is None or name in only
+
+
 def bench_ops(args, engines, rows_out):
     rng = np.random.default_rng(0)
     for name, shape, inputs, ours, theirs in op_rows(shapes(args.quick)):
+        if not _wanted(name, args.only):
+            continue
         data = inputs(rng)
         out_shape = tuple(theirs(**_leaves("torch", data)).shape)
         g = rng.standard_normal(out_shape, np.float32) if out_shape else None
@@ -258,7 +265,11 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="batch 2, 1-layer GPT, 2 repeats")
     p.add_argument("--threads", type=int, default=ta.get_num_threads())
     p.add_argument("--markdown", default=None, help="also write the table to this path")
+    p.add_argument("--only", default=None,
+                   help="comma-separated rows to run, by op name (e.g. 'gelu,dropout p=0.1'); "
+                        "'adamw' for the AdamW rows")
     args = p.parse_args(argv)
+    args.only = None if args.only is None else {n.strip() for n in args.only.split(",")}
     if torch is None:
         print("kernels.py compares against PyTorch, which is not installed. Nothing measured.")
         return 0
@@ -271,7 +282,8 @@ def main(argv=None) -> int:
     print(machine, flush=True)
     rows = []
     bench_ops(args, engines, rows)
-    bench_adamw(args, engines, rows)
+    if _wanted("adamw", args.only):
+        bench_adamw(args, engines, rows)
     text = "\n\n".join([machine, table(rows, engines)])
     print()
     print(text)

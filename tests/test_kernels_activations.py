@@ -84,6 +84,29 @@ def test_float64_exact_gelu_is_the_references_to_the_bit(compiled):
         assert compiled.gelu_backward(x, g).tobytes() == reference.gelu_backward(x, g).tobytes()
 
 
+def test_the_gelu_loops_exp_of_non_positive_values_is_exp32_to_the_bit(compiled):
+    """The gelu loops take exp only of values <= 0, through a copy of exp32 without its
+    overflow and nan checks: on every such value it must be exp32's result, bit for bit,
+    including the underflow to 0 below -87.3 and the values around it."""
+    numba = pytest.importorskip("numba")
+    from tinygrad_attn.backend.kernels.compiled import _common, activations
+
+    @numba.njit
+    def both(v, a, b):
+        for i in range(v.size):
+            a[i] = _common.exp32(v[i])
+            b[i] = activations._exp_nonpos32(v[i])
+
+    rng = np.random.default_rng(0)
+    v = np.concatenate([-rng.exponential(20.0, 100_000), np.linspace(-88.0, -86.5, 3001),
+                        [0.0, -0.0, -1e-30, -87.0, -87.3, -87.33, -88.72, -1e4, -np.inf]])
+    v = v.astype(np.float32)
+    a, b = np.empty_like(v), np.empty_like(v)
+    both(v, a, b)
+    assert a.tobytes() == b.tobytes()
+    assert (a[v < -87.34] == 0).all() and a[v == 0].tolist() == [1.0, 1.0]
+
+
 def test_gelu_tanh_float32_keeps_its_relative_accuracy_where_tanh_nears_minus_one(compiled):
     # 1 + tanh(u) and 1 - tanh(u) come from exp(-2|u|) directly, never as a difference: on
     # x in [-4, -1] both directions stay within a few float32 ulps of the float64 values,
@@ -149,6 +172,41 @@ def test_dropout_kernels_are_the_reference_bit_for_bit(compiled, p, n):
         assert keep.dtype == np.bool_ and np.array_equal(keep, keep_ref)
         assert y.dtype == back.dtype == dtype
         assert y.tobytes() == y_ref.tobytes() and back.tobytes() == back_ref.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dropout_backward_with_streaming_stores_is_the_reference_bit_for_bit(compiled, dtype):
+    """Outputs of 32 MiB or more take streaming stores for their whole blocks from the
+    first 64-byte boundary on, plain stores before it and after the last whole block.
+    Here the streaming path is forced on small outputs at every alignment an array of
+    `dtype` can have, so every split of head, blocks and tail is checked."""
+    from tinygrad_attn.backend.kernels.compiled import activations as act
+
+    n, scale = 3 * 16384 + 5, 1 / 0.7
+    x, g = _inputs(n, dtype)
+    keep = np.random.default_rng(3).random(n) >= 0.3
+    ref = reference.dropout_backward(g, keep, scale)
+    step = np.dtype(dtype).itemsize
+    buf = np.empty(n + 64 // step, dtype)
+    t = np.dtype(dtype).type
+    for off in range(64 // step):
+        out = buf[off:off + n]
+        out[:] = np.nan
+        head = (-out.ctypes.data) % 64 // step
+        assert (out.ctypes.data + head * step) % 64 == 0
+        act._dropout_grad_map_streaming(g, keep, t(scale), t(1), t(0), out, head)
+        assert out.tobytes() == ref.tobytes()
+
+
+def test_streaming_stores_are_for_large_outputs_only(compiled):
+    from tinygrad_attn.backend.kernels.compiled import activations as act
+
+    assert act._stream_head(np.empty(1000, np.float32)) == -1
+    big = np.empty(act._NT_MIN_BYTES // 4 + 3, np.float32)
+    head = act._stream_head(big)
+    assert 0 <= head < 16 and (big.ctypes.data + 4 * head) % 64 == 0
+    assert act._stream_head(big[1:]) == (head - 1) % 16
+    assert act._stream_head(big[:act._NT_MIN_BYTES // 4 - 1]) == -1
 
 
 def test_compiled_kernels_decline_what_they_do_not_take(compiled):

@@ -196,6 +196,29 @@ def test_cross_entropy_rows_of_minus_inf(compiled):
     assert np.all(grad[0, :3] == 0) and np.isnan(grad[1]).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_entropy_rows_far_from_their_first_logit(compiled, dtype):
+    """The compiled sum is shifted by a row's first logit; where that one is far below the
+    row's max (a term would overflow, or the sum would pass its bound) the row is summed
+    again from its max. Either way lse is the reference's to a few ulp."""
+    logits = _rand((6, 40), dtype)
+    logits[0, 0] = -100.0  # exp(x - x[0]) overflows float32 for the other terms
+    logits[1, 0] = -47.0  # no overflow, but the sum passes 2^64
+    logits[2, 0] = -40.0  # under the bound: the shifted sum stands
+    logits[3, 0] = 300.0  # far above the rest: every other term is 0, the sum is 1
+    logits[4, 1:] += 88.3  # just past exp32's clamp at 88 for the terms after the first
+    target = np.arange(6)
+    fast = compiled.cross_entropy_forward(logits, target, -100)
+    ref = reference.cross_entropy_forward(logits, target, -100)
+    mag = float(np.abs(ref[1]).max())
+    for f, r in zip(fast, ref):
+        _close(f, r, dtype, mag=mag)
+    x64 = logits.astype(np.float64)
+    m = x64.max(axis=1, keepdims=True)
+    true_lse = np.log(np.exp(x64 - m).sum(axis=1, keepdims=True)) + m
+    np.testing.assert_allclose(fast[1], true_lse, rtol=4 * float(np.finfo(dtype).eps))
+
+
 def test_compiled_declines_what_it_does_not_take(compiled):
     """No classes, a uint64 target or a scale of another dtype: NotImplemented, so the
     reference runs (and raises or computes as it always did)."""

@@ -216,17 +216,31 @@ def rms_norm_backward(g, x, rstd, weight, needs):
     return gx if nx else None, part[:, 0].sum(axis=0).astype(g.dtype) if nw else None
 
 
+# A row's sum of exp(x - x[0]) is trusted when at most this: no term overflowed (exp32 of
+# more than 88 would), and log(s) is small enough that its rounding stays near the ulp of
+# the logits' own spread. Above it, or nan, the row is summed again from its max.
+_SHIFT_SUM_MAX = 2.0**64
+
+
 @njit(**_ROW_SUMS)
 def _cross_entropy_fwd(x, t, ignore, loss, lse):
     rows, n = x.shape
     for r in prange(rows):
         xr = x[r]
+        # Shifted by the row's first logit, not its max: one sweep, not two. The sum is at
+        # least 1 (the first term), so nothing is lost below; above the bound, or nan, the
+        # row is summed again from its max, with the C library's exp: a rare path, kept
+        # out of the vector code (a second inlined exp32 loop costs a second of compile).
         m = xr[0]
-        for j in range(1, n):
-            m = max(m, xr[j])  # a nan anywhere in the row makes the sum below nan anyway
-        s = _in_dtype_of(x, 0.0)  # in the logits' dtype, as the reference: terms in (0, 1]
+        s = _in_dtype_of(x, 0.0)
         for j in range(n):
             s += vexp(xr[j] - m)
+        if not s <= _SHIFT_SUM_MAX:
+            for j in range(1, n):
+                m = max(m, xr[j])  # a nan anywhere in the row makes the sum nan anyway
+            s = _in_dtype_of(x, 0.0)
+            for j in range(n):
+                s += math.exp(xr[j] - m)
         lr = _in_dtype_of(x, math.log(s)) + m
         valid = t[r] != ignore
         loss[r] = (lr - xr[t[r] if valid else 0]) * _in_dtype_of(x, valid)
@@ -241,7 +255,8 @@ def _loss_target(target, ignore_index) -> bool:
 
 
 def cross_entropy_forward(logits, target, ignore_index):
-    """(loss, lse): one parallel pass over the rows (max, sum of exp, pick)."""
+    """(loss, lse): one parallel pass over the rows (sum of exp shifted by the row's first
+    logit, its max where that sum is too large, pick)."""
     rows, n = logits.shape
     if n == 0 or not _loss_target(target, ignore_index):
         return NotImplemented
@@ -254,14 +269,14 @@ def cross_entropy_forward(logits, target, ignore_index):
 def _cross_entropy_bwd(x, lse, t, ignore, scale, grad):
     rows, n = x.shape
     step = 1 if scale.shape[0] == rows else 0  # one scale per row, or one for all
-    for r in prange(rows):
-        xr, lr = x[r], lse[r, 0]
+    for r in prange(rows):  # x[r, j], not a row view: measured about 5% faster here
+        lr = lse[r, 0]
         valid = t[r] != ignore
         s = scale[r * step] * _in_dtype_of(x, valid)
         for j in range(n):
-            grad[r, j] = vexp(xr[j] - lr) * s
+            grad[r, j] = vexp(x[r, j] - lr) * s
         k = t[r] if valid else 0
-        grad[r, k] = (vexp(xr[k] - lr) - _in_dtype_of(x, 1.0)) * s
+        grad[r, k] = (vexp(x[r, k] - lr) - _in_dtype_of(x, 1.0)) * s
 
 
 def cross_entropy_backward(logits, lse, target, ignore_index, scale):
