@@ -41,14 +41,9 @@ def _int32_bits_as_float32(typingctx, i):
 
 
 @njit(inline="always")
-def exp32(x):
-    """exp of a float32, to within 1 ulp or so of the C library's, in a form LLVM vectorizes.
-
-    exp(x) = 2^k * exp(r) with k = round(x / ln 2), r = x - k ln 2 (ln 2 split in two so r is
-    exact), exp(r) by Cephes' degree-6 polynomial on |r| <= ln 2 / 2, and 2^k built in the
-    exponent bits. Below -87.3 the result is 0 (float32's denormals are not produced), above
-    88.7 it is inf, and nan stays nan."""
-    xc = min(max(x, F32(-87.0)), F32(88.0))
+def exp32_clamped(xc):
+    """exp of a float32 xc in [-87, 88], the core of exp32 below (no checks: a caller that
+    knows its range, such as exp of a value <= 0, skips those it does not need)."""
     k = np.floor(xc * F32(1.4426950408889634) + F32(0.5))
     r = xc - k * F32(0.693359375) + k * F32(2.12194440e-4)
     p = F32(1.9875691500e-4)
@@ -58,7 +53,18 @@ def exp32(x):
     p = p * r + F32(1.6666665459e-1)
     p = p * r + F32(5.0000001201e-1)
     p = p * r * r + r + F32(1.0)
-    y = p * _int32_bits_as_float32((np.int32(k) + np.int32(127)) << np.int32(23))
+    return p * _int32_bits_as_float32((np.int32(k) + np.int32(127)) << np.int32(23))
+
+
+@njit(inline="always")
+def exp32(x):
+    """exp of a float32, to within 1 ulp or so of the C library's, in a form LLVM vectorizes.
+
+    exp(x) = 2^k * exp(r) with k = round(x / ln 2), r = x - k ln 2 (ln 2 split in two so r is
+    exact), exp(r) by Cephes' degree-6 polynomial on |r| <= ln 2 / 2, and 2^k built in the
+    exponent bits. Below -87.3 the result is 0 (float32's denormals are not produced), above
+    88.7 it is inf, and nan stays nan."""
+    y = exp32_clamped(min(max(x, F32(-87.0)), F32(88.0)))
     if x < F32(-87.3):
         y = F32(0.0)
     if x > F32(88.7):

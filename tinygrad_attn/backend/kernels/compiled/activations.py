@@ -10,7 +10,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-from ._common import F32, JIT, PAR, _int32_bits_as_float32
+from ._common import F32, JIT, PAR, exp32_clamped
 
 # Elementwise kernels run over blocks of _ACT_BLOCK elements, one block per prange step; the
 # inner loop over a block is what LLVM vectorizes. The exact gelu's arithmetic is the
@@ -44,17 +44,7 @@ def _exp_nonpos32(v):
     """exp32 of a float32 v <= 0, to the bit: exp32's arithmetic without what no such v
     needs (the clamp at 88, the overflow above 88.7, and nan, which the gelu's product
     with x passes on anyway): five vector operations fewer per element in the gelu loops."""
-    vc = max(v, F32(-87.0))
-    k = np.floor(vc * F32(1.4426950408889634) + F32(0.5))
-    r = vc - k * F32(0.693359375) + k * F32(2.12194440e-4)
-    p = F32(1.9875691500e-4)
-    p = p * r + F32(1.3981999507e-3)
-    p = p * r + F32(8.3334519073e-3)
-    p = p * r + F32(4.1665795894e-2)
-    p = p * r + F32(1.6666665459e-1)
-    p = p * r + F32(5.0000001201e-1)
-    p = p * r * r + r + F32(1.0)
-    y = p * _int32_bits_as_float32((np.int32(k) + np.int32(127)) << np.int32(23))
+    y = exp32_clamped(max(v, F32(-87.0)))
     if v < F32(-87.3):
         y = F32(0.0)
     return y
