@@ -22,6 +22,8 @@ on the first step.
 
     python benchmarks/start_time.py                   # batch 8, 3 repeats
     python benchmarks/start_time.py --quick           # 1 repeat, batch 2
+    python benchmarks/start_time.py --during-compile 4 --batch 4
+                                   # steps while the compiler runs (interleaved, 4 cycles)
 """
 
 from __future__ import annotations
@@ -73,6 +75,93 @@ print(json.dumps({"import": t1 - t0, "first": steps[0], "second": steps[1],
                   "numba_imported": "numba" in sys.modules, "compiled": compiled,
                   "failed": failed}))
 """
+
+# Step times while the background compiler runs, against steps with it held still, in one
+# process and interleaved (a loaded machine's drift falls on every column alike). The model
+# runs the reference kernels ("numpy"), so its steps never wait for the compiler's lock;
+# the compiler is given kernels to compile (float64 and read-only variants the model never
+# calls) from an empty cache. "held" steps hold the launch lock, so the compiler waits on
+# it without the GIL; the other columns let it run, at each GIL switch interval.
+DURING = """
+import json, sys, time
+import nn
+import tinygrad_attn as ta
+import numpy as np
+from tinygrad_attn.backend import kernels
+kernels.COMPILE_SWITCH_INTERVAL = None  # set here per step instead
+kernels.set_kernels("numpy")
+ta.manual_seed(0)
+cfg = nn.GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384,
+                   dropout=0.0)
+model = nn.GPT(cfg)
+opt = nn.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+rng = np.random.default_rng(0)
+idx = ta.tensor(rng.integers(0, 65, (BATCH, 256)))
+tgt = ta.tensor(rng.integers(0, 65, (BATCH, 256)))
+def step():
+    s = time.perf_counter()
+    _, loss = model(idx, tgt)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return time.perf_counter() - s
+step()
+for ro, dt, shape in [(r, d, s) for s in ((4, 8), (2, 4, 8)) for r in (False, True)
+                      for d in (np.float64, np.float32)]:
+    x, w, t = np.ones(shape, dt), np.ones(8, dt), np.zeros(shape[:-1], np.int64)
+    for a in (x, w):
+        a.setflags(write=not ro)
+    for name, args in [("gelu_forward", (x,)), ("gelu_backward", (x, x)),
+                       ("softmax_forward", (x,)), ("softmax_backward", (x, x)),
+                       ("log_softmax_forward", (x,)), ("log_softmax_backward", (x, x)),
+                       ("layer_norm_forward", (x, w, w, 1e-5)),
+                       ("cross_entropy_forward", (x, t, -100)),
+                       ("bias_gelu_forward", (x, w, "none")),
+                       ("rms_norm_forward", (x, w, 1e-5))]:
+        kernels._ready(name, args, {})
+queued = len(kernels._bg["queue"])
+rows = []
+for cycle in range(CYCLES):
+    labels = ["held", "5 ms", "0.5 ms", "0.1 ms"]
+    for label in labels[cycle % 4:] + labels[:cycle % 4]:  # each order in turn
+        before = len(kernels._bg["ready"])
+        if label == "held":
+            with kernels._state["launch"]:
+                before = len(kernels._bg["ready"])
+                t = step()
+        else:
+            sys.setswitchinterval(float(label.split()[0]) / 1000)
+            t = step()
+            sys.setswitchinterval(0.005)
+        rows.append((label, t, len(kernels._bg["ready"]) - before))
+left = len(kernels._bg["queue"])
+print(json.dumps({"rows": rows, "queued": queued, "left": left}))
+"""
+
+
+def during_compile(batch: int, cycles: int) -> str:
+    """The DURING measurement in one fresh process with an empty cache, as a table."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    code = DURING.replace("BATCH", str(batch)).replace("CYCLES", str(cycles))
+    with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+        env["NUMBA_CACHE_DIR"] = cache
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, cwd=ROOT, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    lines = [f"steps of batch {batch} on the reference kernels while the background compiler "
+             f"runs ({res['queued']} kernels queued, {res['left']} left at the end); "
+             f"median of {cycles} interleaved cycles", "",
+             "| compiler | GIL switch interval | step s | vs held | kernels compiled per "
+             "step |", "|---|---|---:|---:|---:|"]
+    held = statistics.median(t for lab, t, _ in res["rows"] if lab == "held")
+    for label in ("held", "5 ms", "0.5 ms", "0.1 ms"):
+        ts = [t for lab, t, _ in res["rows"] if lab == label]
+        done = [n for lab, _, n in res["rows"] if lab == label]
+        lines.append(f"| {'held (waits on the lock)' if label == 'held' else 'compiling'} "
+                     f"| {'5 ms' if label == 'held' else label} | {statistics.median(ts):.2f} "
+                     f"| {statistics.median(ts) / held:.2f}x | {statistics.mean(done):.1f} |")
+    return "\n".join(lines)
 
 
 def child(batch: int, steps: int, kernels: str, cache_dir: str | None) -> dict:
@@ -135,9 +224,14 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5, help="steps timed per process (>= 2)")
     p.add_argument("--quick", action="store_true", help="batch 2, one repeat")
     p.add_argument("--markdown", default=None, help="also write the table to this path")
+    p.add_argument("--during-compile", type=int, default=0, metavar="CYCLES",
+                   help="instead: step times while the background compiler runs")
     args = p.parse_args(argv)
     if args.quick:
         args.batch, args.repeat = 2, 1
+    if args.during_compile:
+        print(during_compile(args.batch, args.during_compile))
+        return 0
     import importlib.util
 
     numba = importlib.util.find_spec("numba") is not None

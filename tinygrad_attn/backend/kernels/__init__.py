@@ -184,7 +184,7 @@ def _compiled_call(name: str, args: tuple, kwargs: dict):
 # ------------------------------------------------------------------- background compiling
 # "auto" runs a compiled kernel only once it is compiled for the call's argument types; the
 # compiling happens in one daemon thread (docs/kernels.md, "Compiling in the background").
-COMPILE_SWITCH_INTERVAL = 0.0005  # s: sys.setswitchinterval while the compiler is busy
+COMPILE_SWITCH_INTERVAL = None  # s, for sys.setswitchinterval while compiling; None: unchanged
 
 _bg = {"ready": set(), "failed": {}, "switch": None, "closed": False}
 
