@@ -326,11 +326,12 @@ def test_switch_interval_lowered_only_while_compiling(auto, monkeypatch):
     seen = []
     stand_in = kernels._stand_in
 
-    def spy(spec):  # in the compiler thread, while it is busy
+    def spy(spec):  # in the compiler thread, while it is busy (once per array)
         seen.append(sys.getswitchinterval())
         return stand_in(spec)
 
     monkeypatch.setattr(kernels, "_stand_in", spy)
     kernels.softmax_forward(_x())
     assert kernels.wait_compiled(300)
-    assert seen == [pytest.approx(0.001)] and sys.getswitchinterval() == before
+    assert seen and seen == [pytest.approx(0.001)] * len(seen)
+    assert sys.getswitchinterval() == before
