@@ -15,9 +15,11 @@ and this module picks. The choice, per call:
     mode "numba"  the compiled kernel wherever its operands allow it (NumPy arrays, float32
                   or float64, C-contiguous; a kernel may decline other cases), at any size;
                   numba must be installed. The test suite runs its rows this way.
-    mode "auto"   (the default) as "numba" when numba is installed and the first operand has
-                  at least AUTO_MIN_SIZE elements; below that, calling into compiled code
-                  costs more than it saves, and the reference runs.
+    mode "auto"   (the default) as "numba" when numba is installed, the first operand has
+                  at least AUTO_MIN_SIZE elements (below that, calling into compiled code
+                  costs more than it saves) and the kernel is compiled for the call's
+                  argument types; until it is, the reference runs and a background thread
+                  compiles it (see "Compiling in the background" below).
 
 The mode comes from the environment variable TINYGRAD_ATTN_KERNELS (auto, numba, numpy) at
 import, and from `set_kernels(mode)` at run time. `calls` counts, per (kernel, path), the
@@ -28,15 +30,29 @@ Compiled kernels run one at a time, under a lock: numba's "workqueue" threading 
 aborts the process when two Python threads launch parallel kernels at once, and a kernel
 holding the GIL does not prevent that. Each thread's first compiled call also gives numba
 the engine's thread count, which numba keeps per thread (threads.py).
+
+Compiling in the background ("auto" only). numba compiles a kernel on its first call for
+each set of argument types, seconds per kernel, and a training run's first step met them
+all at once. In "auto" a call whose types are not compiled yet runs the reference and
+queues its types (never its arrays) for one daemon thread, which compiles by calling the
+compiled kernel on tiny stand-in arrays of the same numba types, holding the launch lock
+(so its compiling and its tiny run never overlap another thread's launch). A call in
+"auto" that finds the lock taken runs the reference rather than wait. `wait_compiled()`
+waits for the queue to empty. "numba" mode compiles in the calling thread, as before; so
+does "auto" while tracemalloc traces (a raw-peak measurement: numba's compiler allocates
+megabytes of Python objects, which another thread would add to it at a random moment).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import importlib
 import importlib.util
 import os
+import sys
 import threading
+import tracemalloc
 
 import numpy as np
 
@@ -52,8 +68,6 @@ calls: collections.Counter = collections.Counter()  # (kernel name, "numba" | "n
 
 _state = {"mode": "auto", "compiled": None}
 _state["launch"] = threading.RLock()  # one compiled kernel at a time (see the docstring)
-# a child forked while another thread held the lock would wait on it forever: a fresh one
-os.register_at_fork(after_in_child=lambda: _state.update(launch=threading.RLock()))
 
 
 def _check_mode(mode, where: str) -> str:
@@ -138,6 +152,221 @@ def _launch(fast, *args, **kwargs):
         return fast(*args, **kwargs)
 
 
+def _try_launch(fast, *args, **kwargs):
+    """_launch for "auto": NotImplemented (the reference runs) instead of waiting while the
+    background compiler holds the lock; another kernel's launch is short, and waited for."""
+    lock = _state["launch"]
+    if not lock.acquire(blocking=False):
+        while True:
+            if _bg["busy"]:
+                return NotImplemented
+            if lock.acquire(timeout=0.002):
+                break
+    try:
+        threads.sync_compiled()
+        return fast(*args, **kwargs)
+    finally:
+        lock.release()
+
+
+def _compiled_call(name: str, args: tuple, kwargs: dict):
+    """The compiled `name` on the arguments, or NotImplemented where the reference runs: it
+    declined, it does not exist, or ("auto") it is not compiled for these types yet."""
+    auto = _state["mode"] == "auto"
+    if auto and not _ready(name, args, kwargs):
+        return NotImplemented
+    fast = getattr(_load_compiled(), name, None)
+    if fast is None:
+        return NotImplemented
+    return (_try_launch if auto else _launch)(fast, *args, **kwargs)
+
+
+# ------------------------------------------------------------------- background compiling
+# "auto" runs a compiled kernel only once it is compiled for the call's argument types; the
+# compiling happens in one daemon thread (docs/kernels.md, "Compiling in the background").
+COMPILE_SWITCH_INTERVAL = None  # s, for sys.setswitchinterval while compiling; None: unchanged
+
+_bg = {"ready": set(), "failed": {}, "switch": None, "closed": False}
+
+
+def _fresh_queue() -> None:
+    """The queue, its thread and its locks, new (at import and in a forked child)."""
+    _bg.update(queue=collections.deque(), queued=set(), thread=None, busy=False,
+               cond=threading.Condition(), compiling=threading.Lock())
+
+
+_fresh_queue()
+
+
+class _ArraySpec(tuple):
+    """An array's signature inside a queued call: (dtype, ndim, C, F, writeable)."""
+
+
+def _signature(a):
+    """What numba types an argument by: for an array its dtype, ndim, layout and whether it
+    is read-only; for bool and None the value; for another scalar its type."""
+    if type(a) is np.ndarray:
+        f = a.flags
+        return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
+    if a is None or isinstance(a, bool):
+        return a
+    if isinstance(a, (list, tuple)):
+        return (type(a), tuple(_signature(x) for x in a))
+    return type(a)
+
+
+def _spec(a):
+    """The call to queue: each array replaced by its signature (the queue must not keep a
+    real array alive), everything else as it is."""
+    if type(a) is np.ndarray:
+        return _ArraySpec(_signature(a))
+    if isinstance(a, list):
+        return [_spec(x) for x in a]
+    if isinstance(a, tuple):
+        return tuple(_spec(x) for x in a)
+    return a
+
+
+def _stand_in(spec):
+    """A tiny array numba types as the one `spec` describes (numba: dtype, ndim, layout
+    "C" if C-contiguous, else "F" if F-contiguous, else "A", and read-only or not). Every
+    dim is 2, in every stand-in of a call, so their shapes broadcast together as the real
+    ones did whatever the layout (a size-1 dim would make any array contiguous); "A" is a
+    stride-0 view of one element, as a broadcast mask is. Integers and bools are 0 (an index
+    0 is always in range), floats 1. No RNG is drawn; at most 2**ndim elements."""
+    if isinstance(spec, _ArraySpec):
+        dtype, ndim, c, f, writeable = spec
+        fill = np.zeros if dtype.kind in "biu" else np.ones
+        if c or ndim < 2:
+            a = fill((2,) * ndim, dtype)
+        if not c and f:
+            a = np.asfortranarray(fill((2,) * ndim, dtype))
+        if not (c or f):
+            return np.lib.stride_tricks.as_strided(fill(1, dtype), (2,) * ndim, (0,) * ndim,
+                                                   writeable=writeable)
+        a.setflags(write=writeable)
+        return a
+    if isinstance(spec, list):
+        return [_stand_in(x) for x in spec]
+    if isinstance(spec, tuple):
+        return tuple(_stand_in(x) for x in spec)
+    return spec
+
+
+def _from_elsewhere(name: str) -> bool:
+    """Whether the loaded compiled `name` is defined outside the compiled package (a test's
+    stand-in): such a function has nothing for numba to compile."""
+    module = _state["compiled"]
+    fast = getattr(module, name, None) if module is not None else None
+    return fast is not None and not getattr(fast, "__module__", "").startswith(
+        module.__name__)
+
+
+def _ready(name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether "auto" may run the compiled `name` on these arguments now; if not, their
+    types are queued for the background compiler. While tracemalloc traces, yes: the call
+    compiles in this thread, as "numba" does, so no other thread's compiling is traced."""
+    key = (name, _signature(args), _signature(tuple(sorted(kwargs.items()))))
+    if key in _bg["ready"]:
+        return True
+    if tracemalloc.is_tracing() or _from_elsewhere(name):
+        _bg["ready"].add(key)
+        return True
+    with _bg["cond"]:
+        if key not in _bg["queued"] and not _bg["closed"]:
+            _bg["queued"].add(key)
+            _bg["queue"].append((key, _spec((args, kwargs))))
+            if _bg["thread"] is None:
+                _bg["thread"] = threading.Thread(target=_compile_loop, daemon=True,
+                                                 name="tinygrad_attn kernel compiler")
+                _bg["thread"].start()
+            _bg["cond"].notify_all()
+    return False
+
+
+def _compile_loop() -> None:
+    cond = _bg["cond"]
+    while True:
+        with cond:
+            while not _bg["queue"]:
+                if _bg["busy"]:
+                    _bg["busy"] = False
+                    _set_switch(False)
+                    cond.notify_all()
+                cond.wait()
+            key, spec = _bg["queue"].popleft()
+            if not _bg["busy"]:
+                _bg["busy"] = True
+                _set_switch(True)
+        _compile_one(key, spec)
+        with cond:
+            _bg["ready"].add(key)
+            _bg["queued"].discard(key)
+
+
+def _set_switch(busy: bool) -> None:
+    """A shorter GIL switch interval while the compiler runs: its Python-heavy work would
+    otherwise keep the main thread waiting up to 5 ms each time a NumPy call returns."""
+    if COMPILE_SWITCH_INTERVAL is None:
+        return
+    if busy and _bg["switch"] is None:
+        _bg["switch"] = sys.getswitchinterval()
+        sys.setswitchinterval(COMPILE_SWITCH_INTERVAL)
+    elif not busy and _bg["switch"] is not None:
+        sys.setswitchinterval(_bg["switch"])
+        _bg["switch"] = None
+
+
+def _compile_one(key, spec) -> None:
+    """Compile kernel key[0] for the queued types: call it on stand-ins, holding the launch
+    lock. A stand-in call that fails or declines is recorded in _bg["failed"]; the key is
+    marked ready anyway, and its first real call compiles in the caller's thread."""
+    with _state["launch"], _bg["compiling"]:
+        if _bg["closed"]:
+            return
+        try:
+            fast = getattr(_load_compiled(), key[0])
+            threads.sync_compiled()
+            args, kwargs = _stand_in(spec)
+            if fast(*args, **kwargs) is NotImplemented:
+                _bg["failed"][key] = "declined"
+        except Exception as e:  # noqa: BLE001 - the real call will meet it, in its thread
+            _bg["failed"][key] = repr(e)
+
+
+def wait_compiled(timeout: float | None = None) -> bool:
+    """Wait until the background compiler has compiled everything queued ("auto" mode);
+    True when the queue is empty, False if `timeout` seconds passed first."""
+    with _bg["cond"]:
+        return _bg["cond"].wait_for(lambda: not _bg["queue"] and not _bg["busy"], timeout)
+
+
+def _at_exit() -> None:
+    """Drop what is queued and let the compile in flight end: numba must not be compiling
+    in a daemon thread while the interpreter shuts down."""
+    with _bg["cond"]:
+        _bg["closed"] = True
+        _bg["queue"].clear()
+    with _bg["compiling"]:
+        pass
+
+
+def _after_fork_in_child() -> None:
+    # a child forked while another thread held a lock would wait on it forever, and the
+    # compiler thread does not exist in the child: fresh ones (compiled kernels stay ready)
+    _state["launch"] = threading.RLock()
+    _fresh_queue()
+    _set_switch(False)
+
+
+atexit.register(_at_exit)
+# a fork waits for the compile in flight: numba's compiler lock, held by a thread the
+# child does not have, would stop every compile in the child
+os.register_at_fork(before=lambda: _bg["compiling"].acquire(),
+                    after_in_parent=lambda: _bg["compiling"].release(),
+                    after_in_child=_after_fork_in_child)
+
+
 def _kernel(name: str, n_float: int):
     """The public function for kernel `name`: its first `n_float` positional operands are
     the float arrays the choice looks at; a compiled kernel that returns NotImplemented
@@ -146,8 +375,7 @@ def _kernel(name: str, n_float: int):
 
     def call(*args, **kwargs):
         if _use_compiled(args[:n_float]):
-            fast = getattr(_load_compiled(), name, None)
-            out = NotImplemented if fast is None else _launch(fast, *args, **kwargs)
+            out = _compiled_call(name, args, kwargs)
             if out is not NotImplemented:
                 calls[name, "numba"] += 1
                 return out
@@ -204,7 +432,8 @@ def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, ep
     The compiled kernel updates all the quadruples it takes (C-contiguous, one float dtype)
     in one parallel pass: one launch of the thread pool for a whole parameter group instead
     of one per parameter (a launch costs more than a bias's update). In "auto" mode the
-    group's total size, not each array's, is held against AUTO_MIN_SIZE. Quadruples it does
+    group's total size, not each array's, is held against AUTO_MIN_SIZE, and a group whose
+    argument types are not compiled yet runs the reference while they compile. Quadruples it does
     not take run through the reference, one by one. The caller guarantees that no written
     array (p, m, v) shares memory with another operand."""
     quads = list(zip(params, grads, exp_avgs, exp_avg_sqs))
@@ -218,7 +447,7 @@ def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, ep
             fast = []
         for dtype in dtypes if fast else ():
             same = [q for q in fast if q[0].dtype == dtype]
-            if _launch(_load_compiled().adamw_update_many, *zip(*same), *args) \
+            if _compiled_call("adamw_update_many", (*zip(*same), *args), {}) \
                     is NotImplemented:
                 continue
             calls["adamw_update_many", "numba"] += 1
