@@ -13,7 +13,6 @@ spelling differs between the two libraries (strided views, scatter-add, erf, RNG
     kernels      the fused kernels the ops call (`kernels.NAME`): the NumPy reference and
                  the compiled (numba) twins, chosen per call; set_kernels, get_kernels
     threads      one thread count for OpenBLAS and the compiled kernels (set_num_threads)
-    parallel     a batch split over those threads: batched GEMMs (matmul), blocked attention
     random       Generator, one seeded stream per device
     host_memory  what the allocators hold: glibc's malloc and CuPy's pool
 
@@ -23,7 +22,7 @@ The names below are the backend's API (`backend.xp_for(...)`, `backend.float32`)
 from __future__ import annotations  # noqa: I001 - threads first: see its line
 
 from . import threads  # noqa: F401 - first: it loads NumPy, with OpenBLAS's variables set
-from . import devices, kernels, parallel  # noqa: F401
+from . import devices, kernels  # noqa: F401
 from .devices import (  # noqa: F401
     _install_array_module,
     canonical_device,

@@ -148,14 +148,6 @@ def openblas_num_threads() -> int | None:
     return int(blas[0]()) if blas else None
 
 
-def set_openblas_threads(n: int) -> None:
-    """Set OpenBLAS's own count only, leaving the engine's (parallel.split uses it: one
-    OpenBLAS thread per part while a batch is split over Python threads)."""
-    blas = _openblas()
-    if blas:
-        blas[1](ctypes.c_int(n))
-
-
 def apply_to_compiled(module) -> None:
     """Called once when the compiled kernels load: their pool gets the engine's count."""
     _state["compiled"] = module

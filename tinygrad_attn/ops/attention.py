@@ -66,12 +66,34 @@ class ScaledDotProductAttention(Function):
         else:
             out = xp.empty(B + (Tq, V.shape[-1]), dtype=Q.dtype)
         lse = xp.empty(B + (Tq, 1), dtype=Q.dtype)
-        if _split(B, Q, K):  # heads are independent: a part of the batch per thread
-            backend.parallel.split(B[0], lambda lo, hi: _forward_blocks(
-                xp, Q[lo:hi], K[lo:hi], V[lo:hi], None if M is None else M[lo:hi],
-                out[lo:hi], lse[lo:hi], is_causal, scale, bs), xp)
-        else:
-            _forward_blocks(xp, Q, K, V, M, out, lse, is_causal, scale, bs)
+        for i0 in range(0, Tq, bs):
+            i1 = min(i0 + bs, Tq)
+            q_blk = Q[..., i0:i1, :]
+            m = xp.full(B + (i1 - i0, 1), -xp.inf, dtype=Q.dtype)
+            l = xp.zeros(B + (i1 - i0, 1), dtype=Q.dtype)
+            acc = xp.zeros(B + (i1 - i0, V.shape[-1]), dtype=Q.dtype)
+            for j0 in range(0, Tk, bs):
+                if is_causal and j0 > i1 - 1:
+                    break  # every later key block is in the future of this query block
+                j1 = min(j0 + bs, Tk)
+                s = xp.matmul(q_blk, xp.swapaxes(K[..., j0:j1, :], -1, -2))
+                s *= scale
+                keep, add = _block_mask(xp, is_causal, M, i0, i1, j0, j1)
+                if add is not None:
+                    s += add
+                if keep is not None:
+                    s = xp.where(keep, s, -xp.inf)
+                m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
+                m_safe = xp.where(xp.isfinite(m_new), m_new, 0)  # rows with no key yet
+                p = xp.exp(s - m_safe)
+                correction = xp.exp(m - m_safe)
+                l = l * correction + p.sum(axis=-1, keepdims=True)
+                acc *= correction
+                acc += xp.matmul(p, V[..., j0:j1, :])
+                m = m_new
+            # a query that may see no key at all gets zeros, as torch (not 0 / 0)
+            out[..., i0:i1, :] = acc / xp.where(l == 0, 1, l)
+            lse[..., i0:i1, :] = xp.where(xp.isfinite(m), m, 0) + xp.log(l)
         ctx.mask_given = mask is not None
         ctx.is_causal, ctx.scale, ctx.block_size = is_causal, scale, bs
         out_t = from_array(out)
@@ -94,12 +116,33 @@ class ScaledDotProductAttention(Function):
         # the (T x T) buffer exists only then
         n_mask = len(ctx.needs_input_grad) > 3 and ctx.needs_input_grad[3]
         dM = xp.zeros(B + (Tq, Tk), dtype=Q.dtype) if n_mask else None
-        parts = (Q, K, V, O, LSE, G, M, dQ, dK, dV, dM)
-        if _split(B, Q, K):  # heads are independent: a part of the batch per thread
-            backend.parallel.split(B[0], lambda lo, hi: _backward_blocks(
-                xp, *(None if a is None else a[lo:hi] for a in parts), causal, scale, bs), xp)
-        else:
-            _backward_blocks(xp, *parts, causal, scale, bs)
+        Drow = (G * O).sum(axis=-1, keepdims=True)  # rowsum(do * out), T floats per head
+        for i0 in range(0, Tq, bs):
+            i1 = min(i0 + bs, Tq)
+            q_blk, g_blk = Q[..., i0:i1, :], G[..., i0:i1, :]
+            lse_blk, d_blk = LSE[..., i0:i1, :], Drow[..., i0:i1, :]
+            for j0 in range(0, Tk, bs):
+                if causal and j0 > i1 - 1:
+                    break
+                j1 = min(j0 + bs, Tk)
+                k_blk, v_blk = K[..., j0:j1, :], V[..., j0:j1, :]
+                s = xp.matmul(q_blk, xp.swapaxes(k_blk, -1, -2))
+                s *= scale
+                keep, add = _block_mask(xp, causal, M, i0, i1, j0, j1)
+                if add is not None:
+                    s += add
+                p = xp.exp(s - lse_blk)
+                if keep is not None:
+                    p = xp.where(keep, p, 0)
+                dV[..., j0:j1, :] += xp.matmul(xp.swapaxes(p, -1, -2), g_blk)
+                ds = xp.matmul(g_blk, xp.swapaxes(v_blk, -1, -2))
+                ds -= d_blk
+                ds *= p
+                if dM is not None:
+                    dM[..., i0:i1, j0:j1] = ds
+                ds *= scale
+                dQ[..., i0:i1, :] += xp.matmul(ds, k_blk)
+                dK[..., j0:j1, :] += xp.matmul(xp.swapaxes(ds, -1, -2), q_blk)
         nq, nk, nv = ctx.needs_input_grad[:3]
         grads = (from_array(dQ) if nq else None, from_array(dK) if nk else None,
                  from_array(dV) if nv else None)
@@ -107,77 +150,6 @@ class ScaledDotProductAttention(Function):
             return grads
         return grads + (unbroadcast(from_array(dM.astype(mask.dtype.np, copy=False)),
                                     mask.shape),)
-
-
-def _split(B, Q, K) -> bool:
-    """Whether to run the block loop as parts of the batch on the engine's threads
-    (backend/parallel.py): a batch to split, and work enough to pay for the threads."""
-    return bool(B) and backend.parallel.worth(shp.numel(Q.shape) * K.shape[-2])
-
-
-def _forward_blocks(xp, Q, K, V, M, out, lse, is_causal, scale, bs):
-    """Forward over one part of the batch: writes its out and lse (the online softmax)."""
-    B, Tq, Tk = Q.shape[:-2], Q.shape[-2], K.shape[-2]
-    for i0 in range(0, Tq, bs):
-        i1 = min(i0 + bs, Tq)
-        q_blk = Q[..., i0:i1, :]
-        m = xp.full(B + (i1 - i0, 1), -xp.inf, dtype=Q.dtype)
-        l = xp.zeros(B + (i1 - i0, 1), dtype=Q.dtype)
-        acc = xp.zeros(B + (i1 - i0, V.shape[-1]), dtype=Q.dtype)
-        for j0 in range(0, Tk, bs):
-            if is_causal and j0 > i1 - 1:
-                break  # every later key block is in the future of this query block
-            j1 = min(j0 + bs, Tk)
-            s = xp.matmul(q_blk, xp.swapaxes(K[..., j0:j1, :], -1, -2))
-            s *= scale
-            keep, add = _block_mask(xp, is_causal, M, i0, i1, j0, j1)
-            if add is not None:
-                s += add
-            if keep is not None:
-                s = xp.where(keep, s, -xp.inf)
-            m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
-            m_safe = xp.where(xp.isfinite(m_new), m_new, 0)  # rows with no key yet
-            p = xp.exp(s - m_safe)
-            correction = xp.exp(m - m_safe)
-            l = l * correction + p.sum(axis=-1, keepdims=True)
-            acc *= correction
-            acc += xp.matmul(p, V[..., j0:j1, :])
-            m = m_new
-        # a query that may see no key at all gets zeros, as torch (not 0 / 0)
-        out[..., i0:i1, :] = acc / xp.where(l == 0, 1, l)
-        lse[..., i0:i1, :] = xp.where(xp.isfinite(m), m, 0) + xp.log(l)
-
-
-def _backward_blocks(xp, Q, K, V, O, LSE, G, M, dQ, dK, dV, dM, causal, scale, bs):
-    """Backward over one part of the batch: adds into its dQ, dK, dV (and dM)."""
-    Tq, Tk = Q.shape[-2], K.shape[-2]
-    Drow = (G * O).sum(axis=-1, keepdims=True)  # rowsum(do * out), T floats per head
-    for i0 in range(0, Tq, bs):
-        i1 = min(i0 + bs, Tq)
-        q_blk, g_blk = Q[..., i0:i1, :], G[..., i0:i1, :]
-        lse_blk, d_blk = LSE[..., i0:i1, :], Drow[..., i0:i1, :]
-        for j0 in range(0, Tk, bs):
-            if causal and j0 > i1 - 1:
-                break
-            j1 = min(j0 + bs, Tk)
-            k_blk, v_blk = K[..., j0:j1, :], V[..., j0:j1, :]
-            s = xp.matmul(q_blk, xp.swapaxes(k_blk, -1, -2))
-            s *= scale
-            keep, add = _block_mask(xp, causal, M, i0, i1, j0, j1)
-            if add is not None:
-                s += add
-            p = xp.exp(s - lse_blk)
-            if keep is not None:
-                p = xp.where(keep, p, 0)
-            dV[..., j0:j1, :] += xp.matmul(xp.swapaxes(p, -1, -2), g_blk)
-            ds = xp.matmul(g_blk, xp.swapaxes(v_blk, -1, -2))
-            ds -= d_blk
-            ds *= p
-            if dM is not None:
-                dM[..., i0:i1, j0:j1] = ds
-            ds *= scale
-            dQ[..., i0:i1, :] += xp.matmul(ds, k_blk)
-            dK[..., j0:j1, :] += xp.matmul(xp.swapaxes(ds, -1, -2), q_blk)
 
 
 @op(ScaledDotProductAttention, functional=True)

@@ -244,7 +244,7 @@ class Matmul(Function):
             # (..., M, K) @ (K, N) is one GEMM over all rows, not a loop over the batch
             out = xp.matmul(A.reshape(shp.numel(A.shape[:-1]), A.shape[-1]), B)
             return from_array(out.reshape(A.shape[:-1] + (B.shape[-1],)))
-        return from_array(backend.parallel.matmul(xp, A, B))
+        return from_array(xp.matmul(A, B))
 
     @staticmethod
     def backward(ctx, g):
@@ -254,15 +254,8 @@ class Matmul(Function):
         na, nb = ctx.needs_input_grad
         ga = gb = None
         if na:
-            Bt = xp.swapaxes(b._array(), -1, -2)
-            if Bt.ndim == 2 and G.ndim > 2 and len(ctx.shapes[0]) == G.ndim \
-                    and _rows_mergeable(g):
-                # (..., M, N) @ (N, K): one GEMM over all rows, as in forward
-                G2 = G.reshape(shp.numel(G.shape[:-1]), G.shape[-1])
-                ga = from_array(xp.matmul(G2, Bt).reshape(G.shape[:-1] + (Bt.shape[-1],)))
-            else:
-                ga = unbroadcast(from_array(backend.parallel.matmul(xp, G, Bt)),
-                                 ctx.shapes[0])
+            ga = unbroadcast(from_array(xp.matmul(G, xp.swapaxes(b._array(), -1, -2))),
+                             ctx.shapes[0])
         if nb:
             A = a._array()
             if A.ndim >= 2 and len(ctx.shapes[1]) == 2 and _rows_mergeable(a):
@@ -277,9 +270,8 @@ class Matmul(Function):
                 else:
                     gb = from_array(xp.matmul(A2.T, G2))
             else:
-                gb = unbroadcast(
-                    from_array(backend.parallel.matmul(xp, xp.swapaxes(A, -1, -2), G)),
-                    ctx.shapes[1])
+                gb = unbroadcast(from_array(xp.matmul(xp.swapaxes(A, -1, -2), G)),
+                                 ctx.shapes[1])
         return ga, gb
 
 
