@@ -335,3 +335,29 @@ def test_switch_interval_lowered_only_while_compiling(auto, monkeypatch):
     assert kernels.wait_compiled(300)
     assert seen and seen == [pytest.approx(0.001)] * len(seen)
     assert sys.getswitchinterval() == before
+
+
+def test_openblas_spares_a_cpu_only_while_compiling(auto, monkeypatch):
+    from tinygrad_attn.backend import threads
+
+    if threads.openblas_num_threads() is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS")
+    count = ta.get_num_threads()
+    saved_n = threads._state["n"]
+    ta.set_num_threads(3)
+    try:
+        seen = []
+        stand_in = kernels._stand_in
+
+        def spy(spec):  # in the compiler thread, while it is busy
+            seen.append(threads.openblas_num_threads())
+            return stand_in(spec)
+
+        monkeypatch.setattr(kernels, "_stand_in", spy)
+        kernels.softmax_forward(_x())
+        assert kernels.wait_compiled(300)
+        assert seen and set(seen) == {2}
+        assert threads.openblas_num_threads() == 3
+    finally:
+        ta.set_num_threads(count)
+        threads._state["n"] = saved_n

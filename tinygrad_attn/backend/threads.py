@@ -148,6 +148,17 @@ def openblas_num_threads() -> int | None:
     return int(blas[0]()) if blas else None
 
 
+def spare_one_cpu(spare: bool) -> None:
+    """OpenBLAS on one thread fewer than the engine's count (spare=True), or on the count
+    again. The background compiler (kernels/__init__.py) runs on a core of its own while it
+    works; OpenBLAS's threads meeting at the end of every GEMM would otherwise wait on the
+    one that shares that core."""
+    blas = _openblas()
+    if blas:
+        n = get_num_threads()
+        blas[1](ctypes.c_int(max(1, n - 1) if spare else n))
+
+
 def apply_to_compiled(module) -> None:
     """Called once when the compiled kernels load: their pool gets the engine's count."""
     _state["compiled"] = module

@@ -254,8 +254,13 @@ class Matmul(Function):
         na, nb = ctx.needs_input_grad
         ga = gb = None
         if na:
-            ga = unbroadcast(from_array(xp.matmul(G, xp.swapaxes(b._array(), -1, -2))),
-                             ctx.shapes[0])
+            Bt = xp.swapaxes(b._array(), -1, -2)
+            if Bt.ndim == 2 and G.ndim > 2 and _rows_mergeable(g):
+                # (..., M, N) @ (N, K) is one GEMM over all rows, as in forward
+                G2 = G.reshape(shp.numel(G.shape[:-1]), G.shape[-1])
+                ga = from_array(xp.matmul(G2, Bt).reshape(G.shape[:-1] + (Bt.shape[-1],)))
+            else:
+                ga = unbroadcast(from_array(xp.matmul(G, Bt)), ctx.shapes[0])
         if nb:
             A = a._array()
             if A.ndim >= 2 and len(ctx.shapes[1]) == 2 and _rows_mergeable(a):

@@ -292,12 +292,14 @@ def _compile_loop() -> None:
                 if _bg["busy"]:
                     _bg["busy"] = False
                     _set_switch(False)
+                    threads.spare_one_cpu(False)
                     cond.notify_all()
                 cond.wait()
             key, spec = _bg["queue"].popleft()
             if not _bg["busy"]:
                 _bg["busy"] = True
                 _set_switch(True)
+                threads.spare_one_cpu(True)
         _compile_one(key, spec)
         with cond:
             _bg["ready"].add(key)
@@ -355,6 +357,8 @@ def _after_fork_in_child() -> None:
     # a child forked while another thread held a lock would wait on it forever, and the
     # compiler thread does not exist in the child: fresh ones (compiled kernels stay ready)
     _state["launch"] = threading.RLock()
+    if _bg["busy"]:
+        threads.spare_one_cpu(False)
     _fresh_queue()
     _set_switch(False)
 
