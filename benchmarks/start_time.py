@@ -39,14 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHILD = """
-import json, sys, time
-t0 = time.perf_counter()
-import nn
-import tinygrad_attn as ta
-t1 = time.perf_counter()
-import numpy as np
-from tinygrad_attn.backend import kernels
+# The shakespeare-char GPT and one batch, as both child scripts below build them.
+MODEL = """
 ta.manual_seed(0)
 cfg = nn.GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384,
                    dropout=0.0)
@@ -55,7 +49,17 @@ opt = nn.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_deca
 rng = np.random.default_rng(0)
 idx = ta.tensor(rng.integers(0, 65, (BATCH, 256)))
 tgt = ta.tensor(rng.integers(0, 65, (BATCH, 256)))
-steps, cpu = [], []
+"""
+
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import nn
+import tinygrad_attn as ta
+t1 = time.perf_counter()
+import numpy as np
+from tinygrad_attn.backend import kernels
+""" + MODEL + """steps, cpu = [], []
 start = time.perf_counter()
 for _ in range(STEPS):
     s, c = time.perf_counter(), time.process_time()
@@ -90,15 +94,7 @@ import numpy as np
 from tinygrad_attn.backend import kernels
 kernels.COMPILE_SWITCH_INTERVAL = None  # set here per step instead
 kernels.set_kernels("numpy")
-ta.manual_seed(0)
-cfg = nn.GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384,
-                   dropout=0.0)
-model = nn.GPT(cfg)
-opt = nn.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
-rng = np.random.default_rng(0)
-idx = ta.tensor(rng.integers(0, 65, (BATCH, 256)))
-tgt = ta.tensor(rng.integers(0, 65, (BATCH, 256)))
-def step():
+""" + MODEL + """def step():
     s = time.perf_counter()
     _, loss = model(idx, tgt)
     loss.backward()
