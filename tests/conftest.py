@@ -62,6 +62,16 @@ def _seed():
     ta.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _no_compile_in_flight():
+    """Each test starts with numba's background compiler idle: kernels an earlier test
+    queued in "auto" mode would otherwise compile during this one, and its allocations
+    and page faults would land in process-wide counts a test measures (host memory)."""
+    from tinygrad_attn.backend import kernels
+
+    assert kernels.wait_compiled(600), "the background compiler did not finish in 600 s"
+
+
 # ----------------------------------------------------------------------------- kernel paths
 # The kernel layer's modes (docs/kernels.md). Each fixture restores the mode it found, and
 # numba is imported only inside them, never when a test module is collected.
