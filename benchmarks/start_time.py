@@ -92,7 +92,6 @@ import nn
 import tinygrad_attn as ta
 import numpy as np
 from tinygrad_attn.backend import kernels
-kernels.COMPILE_SWITCH_INTERVAL = None  # set here per step instead
 kernels.set_kernels("numpy")
 """ + MODEL + """def step():
     s = time.perf_counter()

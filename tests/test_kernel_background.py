@@ -320,23 +320,6 @@ def test_cold_cache_in_a_fresh_process(tmp_path):
     assert (out.returncode, out.stdout.split()) == (0, ["ok"]), out.stderr
 
 
-def test_switch_interval_lowered_only_while_compiling(auto, monkeypatch):
-    monkeypatch.setattr(kernels, "COMPILE_SWITCH_INTERVAL", 0.001)
-    before = sys.getswitchinterval()
-    seen = []
-    stand_in = kernels._stand_in
-
-    def spy(spec):  # in the compiler thread, while it is busy (once per array)
-        seen.append(sys.getswitchinterval())
-        return stand_in(spec)
-
-    monkeypatch.setattr(kernels, "_stand_in", spy)
-    kernels.softmax_forward(_x())
-    assert kernels.wait_compiled(300)
-    assert seen and seen == [pytest.approx(0.001)] * len(seen)
-    assert sys.getswitchinterval() == before
-
-
 def test_openblas_spares_a_cpu_only_while_compiling(auto, monkeypatch):
     from tinygrad_attn.backend import threads
 

@@ -112,16 +112,23 @@ def test_without_numba_everything_runs_the_reference():
     assert "'numba'" not in counts[0] and "('gelu_forward', 'numpy'), 1" in counts[0]
 
 
-def test_auto_threshold(twin):
+def test_auto_threshold(twin, monkeypatch):
     kernels.set_kernels("auto")
+    monkeypatch.setitem(kernels._bg, "ready", set())
     small = np.ones(kernels.AUTO_MIN_SIZE - 1, np.float32)
     big = np.ones(kernels.AUTO_MIN_SIZE, np.float32)
     np.testing.assert_array_equal(kernels.gelu_forward(small),
                                   kernels.reference.gelu_forward(small))
-    assert twin == []
+    assert kernels.wait_compiled(60)
+    assert twin == []  # below the threshold: not even queued for the compiler
+    # above it, the first call runs the reference while the compiler takes the types
+    np.testing.assert_array_equal(kernels.gelu_forward(big),
+                                  kernels.reference.gelu_forward(big))
+    assert kernels.wait_compiled(60)
+    assert twin == [(2,)]  # the compiler's one call, on a stand-in
     np.testing.assert_array_equal(kernels.gelu_forward(big),
                                   kernels.reference.gelu_forward(big) + 1)
-    assert twin == [big.shape]
+    assert twin == [(2,), big.shape]
 
 
 def test_auto_without_numba_runs_the_reference(twin, monkeypatch):

@@ -50,7 +50,6 @@ import collections
 import importlib
 import importlib.util
 import os
-import sys
 import threading
 import tracemalloc
 
@@ -184,9 +183,7 @@ def _compiled_call(name: str, args: tuple, kwargs: dict):
 # ------------------------------------------------------------------- background compiling
 # "auto" runs a compiled kernel only once it is compiled for the call's argument types; the
 # compiling happens in one daemon thread (docs/kernels.md, "Compiling in the background").
-COMPILE_SWITCH_INTERVAL = None  # s, for sys.setswitchinterval while compiling; None: unchanged
-
-_bg = {"ready": set(), "failed": {}, "switch": None, "closed": False}
+_bg = {"ready": set(), "failed": {}, "closed": False}
 
 
 def _fresh_queue() -> None:
@@ -237,13 +234,11 @@ def _stand_in(spec):
     if isinstance(spec, _ArraySpec):
         dtype, ndim, c, f, writeable = spec
         fill = np.zeros if dtype.kind in "biu" else np.ones
-        if c or ndim < 2:
-            a = fill((2,) * ndim, dtype)
-        if not c and f:
-            a = np.asfortranarray(fill((2,) * ndim, dtype))
+        shape = (2,) * ndim
         if not (c or f):
-            return np.lib.stride_tricks.as_strided(fill(1, dtype), (2,) * ndim, (0,) * ndim,
+            return np.lib.stride_tricks.as_strided(fill(1, dtype), shape, (0,) * ndim,
                                                    writeable=writeable)
+        a = fill(shape, dtype) if c else np.asfortranarray(fill(shape, dtype))
         a.setflags(write=writeable)
         return a
     if isinstance(spec, list):
@@ -253,15 +248,6 @@ def _stand_in(spec):
     return spec
 
 
-def _from_elsewhere(name: str) -> bool:
-    """Whether the loaded compiled `name` is defined outside the compiled package (a test's
-    stand-in): such a function has nothing for numba to compile."""
-    module = _state["compiled"]
-    fast = getattr(module, name, None) if module is not None else None
-    return fast is not None and not getattr(fast, "__module__", "").startswith(
-        module.__name__)
-
-
 def _ready(name: str, args: tuple, kwargs: dict) -> bool:
     """Whether "auto" may run the compiled `name` on these arguments now; if not, their
     types are queued for the background compiler. While tracemalloc traces, yes: the call
@@ -269,7 +255,7 @@ def _ready(name: str, args: tuple, kwargs: dict) -> bool:
     key = (name, _signature(args), _signature(tuple(sorted(kwargs.items()))))
     if key in _bg["ready"]:
         return True
-    if tracemalloc.is_tracing() or _from_elsewhere(name):
+    if tracemalloc.is_tracing():
         _bg["ready"].add(key)
         return True
     with _bg["cond"]:
@@ -291,32 +277,17 @@ def _compile_loop() -> None:
             while not _bg["queue"]:
                 if _bg["busy"]:
                     _bg["busy"] = False
-                    _set_switch(False)
                     threads.spare_one_cpu(False)
                     cond.notify_all()
                 cond.wait()
             key, spec = _bg["queue"].popleft()
             if not _bg["busy"]:
                 _bg["busy"] = True
-                _set_switch(True)
                 threads.spare_one_cpu(True)
         _compile_one(key, spec)
         with cond:
             _bg["ready"].add(key)
             _bg["queued"].discard(key)
-
-
-def _set_switch(busy: bool) -> None:
-    """A shorter GIL switch interval while the compiler runs: its Python-heavy work would
-    otherwise keep the main thread waiting up to 5 ms each time a NumPy call returns."""
-    if COMPILE_SWITCH_INTERVAL is None:
-        return
-    if busy and _bg["switch"] is None:
-        _bg["switch"] = sys.getswitchinterval()
-        sys.setswitchinterval(COMPILE_SWITCH_INTERVAL)
-    elif not busy and _bg["switch"] is not None:
-        sys.setswitchinterval(_bg["switch"])
-        _bg["switch"] = None
 
 
 def _compile_one(key, spec) -> None:
@@ -360,7 +331,6 @@ def _after_fork_in_child() -> None:
     if _bg["busy"]:
         threads.spare_one_cpu(False)
     _fresh_queue()
-    _set_switch(False)
 
 
 atexit.register(_at_exit)
@@ -437,8 +407,8 @@ def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, ep
     in one parallel pass: one launch of the thread pool for a whole parameter group instead
     of one per parameter (a launch costs more than a bias's update). In "auto" mode the
     group's total size, not each array's, is held against AUTO_MIN_SIZE, and a group whose
-    argument types are not compiled yet runs the reference while they compile. Quadruples it does
-    not take run through the reference, one by one. The caller guarantees that no written
+    argument types are not compiled yet runs the reference while they compile. Quadruples
+    it does not take run through the reference, one by one. The caller guarantees that no written
     array (p, m, v) shares memory with another operand."""
     quads = list(zip(params, grads, exp_avgs, exp_avg_sqs))
     args = (lr, beta1, beta2, eps, weight_decay, step)
