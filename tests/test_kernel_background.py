@@ -1,8 +1,10 @@
 """Compiling in the background (backend/kernels/__init__.py, docs/kernels.md): in "auto"
-mode a kernel runs compiled only once the background thread has compiled it for the call's
-argument types, and the reference runs until then; "numba" mode still compiles in the
-caller's thread. The stand-ins the compiler calls the kernels on, the ready keys, the lock
-the compiler holds, wait_compiled, a forked child, and what must not move (RNG, ledger)."""
+mode a kernel runs compiled only once the background compiler has made it ready for the
+call's argument types (compiled in the worker process, loaded here), and the reference runs
+until then; "numba" mode still compiles in the caller's thread. The stand-ins, their JSON
+form, the ready keys, the lock the compiler holds, the pause a raw profile takes, a worker
+that is missing or dies, wait_compiled, a forked child, and what must not move (RNG,
+ledger)."""
 
 import os
 import pathlib
@@ -197,15 +199,77 @@ def test_stand_ins_move_neither_the_rng_nor_the_ledger(auto):
     assert (ta.memory.live_bytes(), ta.memory.max_live_bytes()) == (live, peak)
 
 
-def test_under_tracemalloc_auto_compiles_in_the_callers_thread(auto):
+def test_compiler_paused_holds_the_loading_back(auto):
+    x = _x()
     before = _counts("softmax_forward")
-    tracemalloc.start()
-    try:
-        kernels.softmax_forward(_x())
-    finally:
-        tracemalloc.stop()
+    with kernels.compiler_paused():
+        kernels.softmax_forward(x)  # queued; the worker may compile, nothing loads here
+        assert not kernels.wait_compiled(1.0)
+        kernels.softmax_forward(x)
+        assert _counts("softmax_forward") == (before[0] + 2, before[1])
+    assert kernels.wait_compiled(300)
+    kernels.softmax_forward(x)
+    assert _counts("softmax_forward") == (before[0] + 2, before[1] + 1)
+
+
+def test_a_raw_memory_profile_pauses_the_compiler(auto):
+    assert kernels._bg["paused"] == 0
+    with ta.memory.profile(raw=True):
+        assert kernels._bg["paused"] == 1 and tracemalloc.is_tracing()
+        kernels.softmax_forward(_x())  # the reference, queued
+        assert not kernels.wait_compiled(0.5)
+    assert kernels._bg["paused"] == 0
+    with ta.memory.profile():  # not raw: nothing traced, nothing paused
+        assert kernels._bg["paused"] == 0
+    assert kernels.wait_compiled(300)
+
+
+def test_encode_round_trips_a_queued_call():
+    ro = np.ones((3, 4), np.float32)
+    ro.setflags(write=False)
+    call = ((ro, np.ones(5, np.int64).T, (np.zeros((2, 3), bool).T, [1.5, None]), True, 3,
+             "tanh", np.float32(0.5)), {"eps": 1e-5})
+    spec = kernels._spec(call)
+    wire = kernels._encode(spec)
+    import json
+
+    back = kernels._decode(json.loads(json.dumps(wire)))
+    assert back == spec
+    assert type(back[0][6]) is np.float32 and type(back[0][2]) is tuple
+    assert isinstance(back[0][0], kernels._ArraySpec)
+    with pytest.raises(TypeError, match="kernel compiler"):
+        kernels._encode(object())
+
+
+def _stop_the_worker():
+    with kernels._bg["cond"]:
+        kernels._stop_worker()
+
+
+def test_without_a_worker_the_thread_compiles(auto, monkeypatch):
+    _stop_the_worker()
+    monkeypatch.setitem(kernels._bg, "no_worker", "none, for this test")
+    x = _x()
+    before = _counts("softmax_forward")
+    kernels.softmax_forward(x)
+    assert kernels.wait_compiled(300) and kernels._bg["worker"] is None
+    kernels.softmax_forward(x)
+    assert _counts("softmax_forward") == (before[0] + 1, before[1] + 1)
+    assert kernels._bg["failed"] == {}
+
+
+def test_a_worker_that_dies_leaves_the_compiling_to_the_thread(auto, monkeypatch):
+    _stop_the_worker()
+    monkeypatch.setitem(kernels._bg, "no_worker", None)
+    monkeypatch.setattr(kernels, "_WORKER", "import sys; sys.exit(3)")
+    x = _x()
+    kernels.softmax_forward(x)
+    assert kernels.wait_compiled(300)
+    assert kernels._bg["no_worker"] == "the worker process ended (exit code 3)"
+    before = _counts("softmax_forward")
+    kernels.softmax_forward(x)
     assert _counts("softmax_forward") == (before[0], before[1] + 1)
-    assert not kernels._bg["queue"]
+    assert kernels._bg["failed"] == {}
 
 
 def test_numba_mode_stays_synchronous(numba_mode, monkeypatch):
@@ -310,6 +374,8 @@ def test_cold_cache_in_a_fresh_process(tmp_path):
         assert kernels.wait_compiled(300) and kernels._bg["failed"] == {}
         np.testing.assert_allclose(kernels.softmax_forward(x), y, rtol=1e-6, atol=1e-9)
         assert kernels.calls["softmax_forward", "numba"] == 1
+        rows = kernels._load_compiled().softmax._softmax_rows  # compiled by the worker,
+        assert rows.stats.cache_hits and not rows.stats.cache_misses  # loaded here
         kernels.softmax_forward(x.astype(np.float64))  # compiling when the interpreter exits
         print("ok")
         """)

@@ -68,6 +68,7 @@ from .host_memory import (  # noqa: F401
 )
 from .kernels import (  # noqa: F401
     adamw_update,
+    compiler_paused,
     erf,
     gelu_backward,
     gelu_cdf,

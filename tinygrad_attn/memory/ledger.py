@@ -39,7 +39,12 @@ class Profile:
         if self.raw and self.device != "cpu":  # CuPy: a hook on its memory pool
             self._pool_hook = backend.pool_tracker(self.device)
             self._pool_hook.__enter__()
+        self._compiler_paused = None
         if self.raw and self.device == "cpu":
+            # tracemalloc traces every thread: the background kernel compiler's loading
+            # (megabytes of Python objects) waits until the profile ends
+            self._compiler_paused = backend.compiler_paused()
+            self._compiler_paused.__enter__()
             if not tracemalloc.is_tracing():
                 tracemalloc.start()
                 self._started_tracemalloc = True
@@ -61,9 +66,12 @@ class Profile:
             self._pool_hook.__exit__(None, None, None)
             self.raw_peak_bytes = self._pool_hook.peak
         if self.raw and self.device == "cpu":
-            self.raw_peak_bytes = tracemalloc.get_traced_memory()[1] - self._raw_start
-            if self._started_tracemalloc:
-                tracemalloc.stop()
+            try:
+                self.raw_peak_bytes = tracemalloc.get_traced_memory()[1] - self._raw_start
+                if self._started_tracemalloc:
+                    tracemalloc.stop()
+            finally:
+                self._compiler_paused.__exit__(None, None, None)
         self.end_bytes = live_bytes(self.device)
         self.reserved_end = backend.reserved_bytes(self.device)
         self._analyze()

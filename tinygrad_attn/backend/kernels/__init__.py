@@ -34,24 +34,32 @@ the engine's thread count, which numba keeps per thread (threads.py).
 Compiling in the background ("auto" only). numba compiles a kernel on its first call for
 each set of argument types, seconds per kernel, and a training run's first step met them
 all at once. In "auto" a call whose types are not compiled yet runs the reference and
-queues its types (never its arrays) for one daemon thread, which compiles by calling the
-compiled kernel on tiny stand-in arrays of the same numba types, holding the launch lock
-(so its compiling and its tiny run never overlap another thread's launch). A call in
-"auto" that finds the lock taken runs the reference rather than wait. `wait_compiled()`
-waits for the queue to empty. "numba" mode compiles in the calling thread, as before; so
-does "auto" while tracemalloc traces (a raw-peak measurement: numba's compiler allocates
-megabytes of Python objects, which another thread would add to it at a random moment).
+queues its types (never its arrays). One daemon thread takes the queue: it hands each
+entry to a worker process, which compiles the kernel by calling it on tiny stand-in arrays
+of the same numba types and so fills numba's on-disk cache; then the thread makes the
+same stand-in call here, holding the launch lock, which loads the cached kernel in
+milliseconds. numba's compiler is Python: in a thread of this process it would hold the
+GIL for most of every second and slow the steps running beside it several times over; in
+the worker it holds none of this process's locks and allocates none of its memory. Where
+the worker cannot run (no cache to share, no interpreter to start, a crash) the thread
+compiles here instead. A call in "auto" that finds the launch lock taken by the compiler
+runs the reference rather than wait. `wait_compiled()` waits for the queue to empty;
+`compiler_paused()` holds the loading back while a raw memory profile traces every
+thread's allocations. "numba" mode compiles in the calling thread, as before.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import importlib
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 import threading
-import tracemalloc
 
 import numpy as np
 
@@ -183,13 +191,15 @@ def _compiled_call(name: str, args: tuple, kwargs: dict):
 # ------------------------------------------------------------------- background compiling
 # "auto" runs a compiled kernel only once it is compiled for the call's argument types; the
 # compiling happens in one daemon thread (docs/kernels.md, "Compiling in the background").
-_bg = {"ready": set(), "failed": {}, "closed": False}
+_bg = {"ready": set(), "failed": {}, "closed": False, "paused": 0, "no_worker": None}
+WORKER_IDLE_S = 10.0  # the worker process exits after this long with nothing queued
 
 
 def _fresh_queue() -> None:
-    """The queue, its thread and its locks, new (at import and in a forked child)."""
+    """The queue, its thread, its worker and its locks, new (at import and in a forked
+    child)."""
     _bg.update(queue=collections.deque(), queued=set(), thread=None, busy=False,
-               cond=threading.Condition(), compiling=threading.Lock())
+               worker=None, cond=threading.Condition(), compiling=threading.Lock())
 
 
 _fresh_queue()
@@ -221,6 +231,8 @@ def _spec(a):
         return [_spec(x) for x in a]
     if isinstance(a, tuple):
         return tuple(_spec(x) for x in a)
+    if isinstance(a, dict):
+        return {k: _spec(v) for k, v in a.items()}
     return a
 
 
@@ -245,18 +257,53 @@ def _stand_in(spec):
         return [_stand_in(x) for x in spec]
     if isinstance(spec, tuple):
         return tuple(_stand_in(x) for x in spec)
+    if isinstance(spec, dict):
+        return {k: _stand_in(v) for k, v in spec.items()}
     return spec
+
+
+def _encode(spec):
+    """A queued call as JSON for the worker process; TypeError for what JSON cannot carry
+    (that call compiles in this process)."""
+    if isinstance(spec, _ArraySpec):
+        dtype, ndim, c, f, writeable = spec
+        return {"array": [dtype.str, ndim, c, f, writeable]}
+    if isinstance(spec, tuple):
+        return {"tuple": [_encode(x) for x in spec]}
+    if isinstance(spec, list):
+        return {"list": [_encode(x) for x in spec]}
+    if isinstance(spec, dict) and all(type(k) is str for k in spec):
+        return {"dict": [[k, _encode(v)] for k, v in spec.items()]}
+    if isinstance(spec, np.generic) and spec.dtype.kind in "biuf":
+        return {"scalar": [spec.dtype.str, spec.item()]}
+    if spec is None or type(spec) in (bool, int, float, str):
+        return spec
+    raise TypeError(f"kernel compiler: cannot send {type(spec).__name__} to the worker")
+
+
+def _decode(obj):
+    """_encode's inverse, in the worker."""
+    if not isinstance(obj, dict):
+        return obj
+    (tag, value), = obj.items()
+    if tag == "array":
+        dtype, *rest = value
+        return _ArraySpec((np.dtype(dtype), *rest))
+    if tag == "tuple":
+        return tuple(_decode(x) for x in value)
+    if tag == "list":
+        return [_decode(x) for x in value]
+    if tag == "dict":
+        return {k: _decode(v) for k, v in value}
+    dtype, v = value  # "scalar"
+    return np.dtype(dtype).type(v)
 
 
 def _ready(name: str, args: tuple, kwargs: dict) -> bool:
     """Whether "auto" may run the compiled `name` on these arguments now; if not, their
-    types are queued for the background compiler. While tracemalloc traces, yes: the call
-    compiles in this thread, as "numba" does, so no other thread's compiling is traced."""
+    types are queued for the background compiler."""
     key = (name, _signature(args), _signature(tuple(sorted(kwargs.items()))))
     if key in _bg["ready"]:
-        return True
-    if tracemalloc.is_tracing():
-        _bg["ready"].add(key)
         return True
     with _bg["cond"]:
         if key not in _bg["queued"] and not _bg["closed"]:
@@ -279,7 +326,8 @@ def _compile_loop() -> None:
                     _bg["busy"] = False
                     threads.spare_one_cpu(False)
                     cond.notify_all()
-                cond.wait()
+                if not cond.wait(WORKER_IDLE_S) and not _bg["queue"]:
+                    _stop_worker()
             key, spec = _bg["queue"].popleft()
             if not _bg["busy"]:
                 _bg["busy"] = True
@@ -291,20 +339,107 @@ def _compile_loop() -> None:
 
 
 def _compile_one(key, spec) -> None:
-    """Compile kernel key[0] for the queued types: call it on stand-ins, holding the launch
-    lock. A stand-in call that fails or declines is recorded in _bg["failed"]; the key is
-    marked ready anyway, and its first real call compiles in the caller's thread."""
-    with _state["launch"], _bg["compiling"]:
-        if _bg["closed"]:
-            return
-        try:
-            fast = getattr(_load_compiled(), key[0])
-            threads.sync_compiled()
-            args, kwargs = _stand_in(spec)
-            if fast(*args, **kwargs) is NotImplemented:
-                _bg["failed"][key] = "declined"
-        except Exception as e:  # noqa: BLE001 - the real call will meet it, in its thread
-            _bg["failed"][key] = repr(e)
+    """Compile kernel key[0] for the queued types: in the worker process first, then the
+    same stand-in call here, holding the launch lock, which loads what the worker compiled
+    from numba's cache (or compiles here, where the worker could not). A stand-in call that
+    fails or declines is recorded in _bg["failed"]; the key is marked ready anyway, and its
+    first real call compiles in the caller's thread. Not while compiler_paused() holds it."""
+    _compile_in_worker(key[0], spec)
+    while True:
+        with _state["launch"], _bg["compiling"]:
+            if _bg["closed"]:
+                return
+            if not _bg["paused"]:
+                try:
+                    fast = getattr(_load_compiled(), key[0])
+                    threads.sync_compiled()
+                    args, kwargs = _stand_in(spec)
+                    if fast(*args, **kwargs) is NotImplemented:
+                        _bg["failed"][key] = "declined"
+                except Exception as e:  # noqa: BLE001 - the real call will meet it
+                    _bg["failed"][key] = repr(e)
+                return
+        with _bg["cond"]:
+            _bg["cond"].wait_for(lambda: not _bg["paused"] or _bg["closed"])
+
+
+# The worker: `python -c WORKER ROOT`, reading one JSON call per line, answering each.
+# Its stdout is the answers only; whatever else writes to fd 1 goes to its stderr.
+_WORKER = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+answers = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+from tinygrad_attn.backend import kernels
+compiled = kernels._load_compiled()
+for line in sys.stdin:
+    msg = json.loads(line)
+    try:
+        args, kwargs = kernels._stand_in(kernels._decode(msg["call"]))
+        out = getattr(compiled, msg["name"])(*args, **kwargs)
+        result = "declined" if out is NotImplemented else "ok"
+    except Exception as e:
+        result = "error: " + repr(e)
+    answers.write(json.dumps({"result": result}) + "\\n")
+    answers.flush()
+"""
+
+
+def _compile_in_worker(name: str, spec) -> str | None:
+    """Compile `name` for the queued types in the worker process, started on first use;
+    its answer ("ok", "declined", "error: ..."), or None where no worker could do it."""
+    try:
+        line = json.dumps({"name": name, "call": _encode(spec)}) + "\n"
+    except (TypeError, ValueError):
+        return None
+    worker = _bg["worker"] or _start_worker()
+    if worker is None:
+        return None
+    try:  # raw file descriptors: a buffered pipe's lock, held here, would be held forever
+        os.write(worker.stdin.fileno(), line.encode())  # in a child forked meanwhile
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = os.read(worker.stdout.fileno(), 4096)
+            if not chunk:
+                raise EOFError
+            answer += chunk
+        return json.loads(answer)["result"]
+    except (OSError, EOFError, ValueError, KeyError):  # it died (or was stopped at exit)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.wait(5)
+        with _bg["cond"]:
+            if not _bg["closed"]:
+                _bg["no_worker"] = f"the worker process ended (exit code {worker.poll()})"
+            _stop_worker()
+        return None
+
+
+def _start_worker():
+    if _bg["no_worker"] is not None or _bg["closed"]:
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    try:
+        worker = subprocess.Popen([sys.executable, "-c", _WORKER, root], env=env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, bufsize=0)
+    except (OSError, ValueError) as e:
+        _bg["no_worker"] = f"could not start the worker process: {e!r}"
+        return None
+    _bg["worker"] = worker
+    return worker
+
+
+def _stop_worker() -> None:
+    """End the worker (it may be compiling: numba writes its cache files whole, by
+    rename, so a kill leaves the cache as it was)."""
+    worker, _bg["worker"] = _bg["worker"], None
+    if worker is not None:
+        with contextlib.suppress(OSError):
+            worker.stdin.close()
+        worker.kill()
+        worker.wait()
 
 
 def wait_compiled(timeout: float | None = None) -> bool:
@@ -314,22 +449,45 @@ def wait_compiled(timeout: float | None = None) -> bool:
         return _bg["cond"].wait_for(lambda: not _bg["queue"] and not _bg["busy"], timeout)
 
 
+@contextlib.contextmanager
+def compiler_paused():
+    """Inside: the background compiler does no work in this process (a load or compile in
+    flight here finishes first; the worker process may go on compiling). For a raw memory
+    profile: tracemalloc traces every thread's allocations, and a kernel's loading or
+    compiling allocates megabytes of Python objects."""
+    with _bg["compiling"]:
+        _bg["paused"] += 1
+    try:
+        yield
+    finally:
+        with _bg["cond"]:
+            _bg["paused"] -= 1
+            _bg["cond"].notify_all()
+
+
 def _at_exit() -> None:
-    """Drop what is queued and let the compile in flight end: numba must not be compiling
-    in a daemon thread while the interpreter shuts down."""
+    """Drop what is queued, stop the worker and let the load in flight end: numba must not
+    be compiling in a daemon thread while the interpreter shuts down."""
     with _bg["cond"]:
         _bg["closed"] = True
         _bg["queue"].clear()
+        _bg["cond"].notify_all()
+    _stop_worker()
     with _bg["compiling"]:
         pass
 
 
 def _after_fork_in_child() -> None:
     # a child forked while another thread held a lock would wait on it forever, and the
-    # compiler thread does not exist in the child: fresh ones (compiled kernels stay ready)
+    # compiler thread does not exist in the child: fresh ones (compiled kernels stay
+    # ready); the parent's worker is the parent's: its pipes are closed here, unused
     _state["launch"] = threading.RLock()
     if _bg["busy"]:
         threads.spare_one_cpu(False)
+    worker = _bg["worker"]
+    if worker is not None:
+        worker.stdin.close()
+        worker.stdout.close()
     _fresh_queue()
 
 
