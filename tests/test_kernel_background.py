@@ -6,6 +6,7 @@ form, the ready keys, the lock the compiler holds, the pause a raw profile takes
 that is missing or dies, wait_compiled, a forked child, and what must not move (RNG,
 ledger)."""
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -30,15 +31,41 @@ def _x(dtype=np.float32, rows=64):
     return np.random.default_rng(0).standard_normal((rows, n)).astype(dtype)
 
 
+@contextlib.contextmanager
+def _cache_always_misses():
+    raise kernels._load_compiled().NotCached("this test's cold cache")
+    yield
+
+
 @pytest.fixture
 def auto(monkeypatch):
-    """"auto" mode with no kernel ready yet: each key's first call queues it (the kernels
-    numba already compiled in this process become ready again at once)."""
+    """"auto" mode with no kernel ready yet and numba's cache taken as cold: each key's
+    first call runs the reference and queues it, and the background compiler compiles it
+    in the worker (the kernels numba already compiled in this process become ready again
+    at once when the stand-in call is made here)."""
     pytest.importorskip("numba")
     kernels.wait_compiled(300)
     before = kernels.get_kernels()
     kernels.set_kernels("auto")
     monkeypatch.setitem(kernels._bg, "ready", set())
+    monkeypatch.setitem(kernels._bg, "missed", set())
+    monkeypatch.setitem(kernels._bg, "failed", {})
+    monkeypatch.setattr(kernels._load_compiled(), "cache_only", _cache_always_misses)
+    yield
+    assert kernels.wait_compiled(300)
+    kernels.set_kernels(before)
+
+
+@pytest.fixture
+def auto_warm(monkeypatch):
+    """"auto" mode with no kernel ready yet, numba's cache as it is (warm: the suite's
+    kernels are compiled and cached by now)."""
+    pytest.importorskip("numba")
+    kernels.wait_compiled(300)
+    before = kernels.get_kernels()
+    kernels.set_kernels("auto")
+    monkeypatch.setitem(kernels._bg, "ready", set())
+    monkeypatch.setitem(kernels._bg, "missed", set())
     monkeypatch.setitem(kernels._bg, "failed", {})
     yield
     assert kernels.wait_compiled(300)
@@ -224,6 +251,54 @@ def test_a_raw_memory_profile_pauses_the_compiler(auto):
     assert kernels.wait_compiled(300)
 
 
+def test_a_cached_kernel_runs_compiled_from_its_first_call(auto_warm):
+    x = _x()
+    kernels.softmax_forward(x)  # whatever an earlier test left: compiled and cached now
+    assert kernels.wait_compiled(300)
+    kernels._bg["ready"].clear()
+    before = _counts("softmax_forward")
+    got = kernels.softmax_forward(x)
+    assert _counts("softmax_forward") == (before[0], before[1] + 1)
+    assert not kernels._bg["queue"] and not kernels._bg["missed"]
+    np.testing.assert_allclose(got, kernels.reference.softmax_forward(x), rtol=1e-6,
+                               atol=1e-9)
+
+
+def test_under_a_pause_a_cached_kernel_waits_then_runs_compiled(auto_warm):
+    x = _x()
+    kernels.softmax_forward(x)
+    assert kernels.wait_compiled(300)
+    kernels._bg["ready"].clear()
+    before = _counts("softmax_forward")
+    with kernels.compiler_paused():  # a raw profile: nothing loads, the reference runs
+        kernels.softmax_forward(x)
+        assert _counts("softmax_forward") == (before[0] + 1, before[1])
+    kernels.softmax_forward(x)  # the first call after it: loaded here, whatever the
+    assert _counts("softmax_forward") == (before[0] + 1, before[1] + 1)  # thread has done
+
+
+def test_a_cache_miss_is_looked_for_once_per_key(auto_warm, monkeypatch):
+    compiled = kernels._load_compiled()
+    looked = []
+
+    @contextlib.contextmanager
+    def counting_miss():
+        looked.append(threading.current_thread().name)
+        raise compiled.NotCached("cold")
+        yield
+
+    monkeypatch.setattr(compiled, "cache_only", counting_miss)
+    x = _x()
+    before = _counts("softmax_forward")
+    for _ in range(3):  # the first looks, misses and queues; the others only run the
+        kernels.softmax_forward(x)  # reference (unless the compiler is done already)
+    assert kernels.wait_compiled(300)
+    kernels.softmax_forward(x)
+    assert sorted(looked) == sorted([threading.current_thread().name,
+                                     "tinygrad_attn kernel compiler"])
+    assert _counts("softmax_forward")[1] > before[1]
+
+
 def test_encode_round_trips_a_queued_call():
     ro = np.ones((3, 4), np.float32)
     ro.setflags(write=False)
@@ -375,13 +450,29 @@ def test_cold_cache_in_a_fresh_process(tmp_path):
         np.testing.assert_allclose(kernels.softmax_forward(x), y, rtol=1e-6, atol=1e-9)
         assert kernels.calls["softmax_forward", "numba"] == 1
         rows = kernels._load_compiled().softmax._softmax_rows  # compiled by the worker,
-        assert rows.stats.cache_hits and not rows.stats.cache_misses  # loaded here
+        assert sum(rows.stats.cache_hits.values()) == 1  # loaded here from the cache
         kernels.softmax_forward(x.astype(np.float64))  # compiling when the interpreter exits
         print("ok")
         """)
     env = {k: v for k, v in os.environ.items() if k != kernels.ENV}
     env.update(PYTHONPATH=str(ROOT), NUMBA_CACHE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300)
+    assert (out.returncode, out.stdout.split()) == (0, ["ok"]), out.stderr
+    # the next process finds the kernel in the cache: compiled from its first call, the
+    # same path in every run, with no compiler thread and no worker
+    warm = textwrap.dedent("""
+        import numpy as np
+        from tinygrad_attn.backend import kernels
+        x = np.linspace(-3, 3, 64 * 1024, dtype=np.float32).reshape(64, 1024)
+        y = kernels.softmax_forward(x)
+        assert dict(kernels.calls) == {("softmax_forward", "numba"): 1}, kernels.calls
+        assert kernels._bg["thread"] is None and kernels._bg["worker"] is None
+        np.testing.assert_allclose(y, kernels.reference.softmax_forward(x), rtol=1e-6,
+                                   atol=1e-9)
+        print("ok")
+        """)
+    out = subprocess.run([sys.executable, "-c", warm], capture_output=True, text=True,
                          env=env, cwd=ROOT, timeout=300)
     assert (out.returncode, out.stdout.split()) == (0, ["ok"]), out.stderr
 

@@ -33,19 +33,21 @@ the engine's thread count, which numba keeps per thread (threads.py).
 
 Compiling in the background ("auto" only). numba compiles a kernel on its first call for
 each set of argument types, seconds per kernel, and a training run's first step met them
-all at once. In "auto" a call whose types are not compiled yet runs the reference and
-queues its types (never its arrays). One daemon thread takes the queue: it hands each
-entry to a worker process, which compiles the kernel by calling it on tiny stand-in arrays
-of the same numba types and so fills numba's on-disk cache; then the thread makes the
-same stand-in call here, holding the launch lock, which loads the cached kernel in
-milliseconds. numba's compiler is Python: in a thread of this process it would hold the
-GIL for most of every second and slow the steps running beside it several times over; in
-the worker it holds none of this process's locks and allocates none of its memory. Where
-the worker cannot run (no cache to share, no interpreter to start, a crash) the thread
-compiles here instead. A call in "auto" that finds the launch lock taken by the compiler
-runs the reference rather than wait. `wait_compiled()` waits for the queue to empty;
-`compiler_paused()` holds the loading back while a raw memory profile traces every
-thread's allocations. "numba" mode compiles in the calling thread, as before.
+all at once. In "auto" the first call of each key (kernel and argument types) looks in
+numba's on-disk cache, without compiling: a hit loads the kernel in milliseconds and runs
+it, so every process after the first takes the compiled path from its first call, the
+same path in every run. A miss runs the reference and queues the key's types (never its
+arrays). One daemon thread takes the queue: it hands each entry to a worker process, which
+compiles the kernel by calling it on tiny stand-in arrays of the same numba types and so
+fills the cache; then the thread makes the same stand-in call here, holding the launch
+lock, which loads it. numba's compiler is Python: in a thread of this process it would
+hold the GIL for most of every second and slow the steps running beside it several times
+over; in the worker it holds none of this process's locks and allocates none of its
+memory. Where the worker cannot run (no interpreter to start, a crash) the thread compiles
+here instead. A call in "auto" that finds the launch lock taken by the compiler runs the
+reference rather than wait. `wait_compiled()` waits for the queue to empty;
+`compiler_paused()` holds loading back, here and in the thread, while a raw memory profile
+traces every thread's allocations. "numba" mode compiles in the calling thread, as before.
 """
 
 from __future__ import annotations
@@ -180,8 +182,10 @@ def _compiled_call(name: str, args: tuple, kwargs: dict):
     """The compiled `name` on the arguments, or NotImplemented where the reference runs: it
     declined, it does not exist, or ("auto") it is not compiled for these types yet."""
     auto = _state["mode"] == "auto"
-    if auto and not _ready(name, args, kwargs):
-        return NotImplemented
+    if auto:
+        key = (name, _signature(args), _signature(tuple(sorted(kwargs.items()))))
+        if key not in _bg["ready"]:
+            return _first_call(key, name, args, kwargs)
     fast = getattr(_load_compiled(), name, None)
     if fast is None:
         return NotImplemented
@@ -191,7 +195,8 @@ def _compiled_call(name: str, args: tuple, kwargs: dict):
 # ------------------------------------------------------------------- background compiling
 # "auto" runs a compiled kernel only once it is compiled for the call's argument types; the
 # compiling happens in one daemon thread (docs/kernels.md, "Compiling in the background").
-_bg = {"ready": set(), "failed": {}, "closed": False, "paused": 0, "no_worker": None}
+_bg = {"ready": set(), "missed": set(), "failed": {}, "closed": False, "paused": 0,
+       "no_worker": None}
 WORKER_IDLE_S = 10.0  # the worker process exits after this long with nothing queued
 
 
@@ -299,14 +304,27 @@ def _decode(obj):
     return np.dtype(dtype).type(v)
 
 
-def _ready(name: str, args: tuple, kwargs: dict) -> bool:
-    """Whether "auto" may run the compiled `name` on these arguments now; if not, their
-    types are queued for the background compiler."""
-    key = (name, _signature(args), _signature(tuple(sorted(kwargs.items()))))
-    if key in _bg["ready"]:
-        return True
+def _first_call(key, name: str, args: tuple, kwargs: dict):
+    """A call in "auto" whose key is not ready. Where numba's on-disk cache has the kernel
+    (every process after the first), it loads here, in milliseconds, and runs compiled: a
+    warm process takes the compiled path from its first call, the same path every run.
+    Otherwise (a cache miss, found once per key; compiler_paused() holding; the compiler's
+    lock taken) NotImplemented, the reference runs, and the key is queued."""
+    if not _bg["paused"] and key not in _bg["missed"]:
+        compiled = _load_compiled()
+        fast = getattr(compiled, name, None)
+        if fast is not None:
+            try:
+                with compiled.cache_only():
+                    out = _try_launch(fast, *args, **kwargs)
+            except compiled.NotCached:
+                _bg["missed"].add(key)
+            else:
+                if out is not NotImplemented:
+                    _bg["ready"].add(key)
+                    return out
     with _bg["cond"]:
-        if key not in _bg["queued"] and not _bg["closed"]:
+        if key not in _bg["queued"] and key not in _bg["ready"] and not _bg["closed"]:
             _bg["queued"].add(key)
             _bg["queue"].append((key, _spec((args, kwargs))))
             if _bg["thread"] is None:
@@ -314,7 +332,7 @@ def _ready(name: str, args: tuple, kwargs: dict) -> bool:
                                                  name="tinygrad_attn kernel compiler")
                 _bg["thread"].start()
             _bg["cond"].notify_all()
-    return False
+    return NotImplemented
 
 
 def _compile_loop() -> None:
@@ -339,26 +357,46 @@ def _compile_loop() -> None:
 
 
 def _compile_one(key, spec) -> None:
-    """Compile kernel key[0] for the queued types: in the worker process first, then the
-    same stand-in call here, holding the launch lock, which loads what the worker compiled
-    from numba's cache (or compiles here, where the worker could not). A stand-in call that
-    fails or declines is recorded in _bg["failed"]; the key is marked ready anyway, and its
-    first real call compiles in the caller's thread. Not while compiler_paused() holds it."""
-    _compile_in_worker(key[0], spec)
+    """Make kernel key[0] ready for the queued types: load it here from numba's cache if it
+    is there (a warm start: no worker); if not, compile it in the worker process, then make
+    the same stand-in call here, holding the launch lock, which loads what the worker
+    compiled (or compiles here, where the worker could not). A stand-in call that fails or
+    declines is recorded in _bg["failed"]; the key is marked ready anyway, and its first
+    real call compiles in the caller's thread. Nothing here while compiler_paused() holds."""
+    if key in _bg["ready"]:  # a call in another thread loaded it meanwhile
+        return
+    if not _stand_in_call(key, spec, cache_only=True):
+        _compile_in_worker(key[0], spec)
+        _stand_in_call(key, spec, cache_only=False)
+
+
+def _stand_in_call(key, spec, cache_only: bool) -> bool:
+    """Call kernel key[0] on stand-ins here, holding the launch lock (waiting while paused);
+    with cache_only, False where it would have had to compile (or the pause holds)."""
     while True:
         with _state["launch"], _bg["compiling"]:
             if _bg["closed"]:
-                return
+                return True
             if not _bg["paused"]:
                 try:
-                    fast = getattr(_load_compiled(), key[0])
-                    threads.sync_compiled()
-                    args, kwargs = _stand_in(spec)
-                    if fast(*args, **kwargs) is NotImplemented:
-                        _bg["failed"][key] = "declined"
+                    compiled = _load_compiled()
                 except Exception as e:  # noqa: BLE001 - the real call will meet it
                     _bg["failed"][key] = repr(e)
-                return
+                    return True
+                try:
+                    fast = getattr(compiled, key[0])
+                    threads.sync_compiled()
+                    args, kwargs = _stand_in(spec)
+                    with compiled.cache_only() if cache_only else contextlib.nullcontext():
+                        if fast(*args, **kwargs) is NotImplemented:
+                            _bg["failed"][key] = "declined"
+                except compiled.NotCached:
+                    return False
+                except Exception as e:  # noqa: BLE001 - the real call will meet it
+                    _bg["failed"][key] = repr(e)
+                return True
+            if cache_only:
+                return False
         with _bg["cond"]:
             _bg["cond"].wait_for(lambda: not _bg["paused"] or _bg["closed"])
 

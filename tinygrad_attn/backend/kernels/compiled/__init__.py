@@ -23,7 +23,7 @@ How the kernels are written, and why (docs/kernels.md has the measurements):
   GIL or no GIL, so `kernels/__init__.py` calls the kernels here under one lock.
 """
 
-from ._common import set_num_threads  # noqa: F401
+from ._common import NotCached, cache_only, set_num_threads  # noqa: F401
 from .activations import (  # noqa: F401
     bias_gelu_backward,
     bias_gelu_forward,

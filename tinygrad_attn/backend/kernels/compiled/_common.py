@@ -1,15 +1,19 @@
 """What every compiled kernel module shares: numba's set-up (the threading layer, the pool's
-thread count), the jit option sets, and the float32 math LLVM can vectorize (exp32)."""
+thread count, loading from the cache without compiling), the jit option sets, and the
+float32 math LLVM can vectorize (exp32)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import threading
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types  # noqa: F401 - prange: the kernels below
+from numba.core import event
 from numba.extending import intrinsic, overload
 
 if not os.environ.get("NUMBA_THREADING_LAYER"):  # the user's choice, where made, wins
@@ -26,6 +30,37 @@ def set_num_threads(n: int) -> int:
     n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)
     return n
+
+
+class NotCached(Exception):
+    """Raised under cache_only() where a kernel would have had to compile."""
+
+
+_local = threading.local()
+
+
+class _CompileGuard(event.Listener):
+    # numba announces "numba:compile" only after it looked in its on-disk cache and missed
+    def on_start(self, ev):
+        if getattr(_local, "cache_only", False):
+            raise NotCached(ev.data["dispatcher"].py_func.__name__)
+
+    def on_end(self, ev):
+        pass
+
+
+event.register("numba:compile", _CompileGuard())
+
+
+@contextlib.contextmanager
+def cache_only():
+    """Inside, in this thread: a kernel not compiled in this process yet loads from numba's
+    on-disk cache (milliseconds), or raises NotCached instead of compiling (seconds)."""
+    _local.cache_only = True
+    try:
+        yield
+    finally:
+        _local.cache_only = False
 
 
 # ----------------------------------------------------------------------------- math
