@@ -168,16 +168,19 @@ def test_adamw_update_many_compiles_in_the_background(auto):
     assert kernels._bg["failed"] == {}
 
 
-def test_auto_runs_the_reference_while_the_compiler_holds_the_lock(auto, monkeypatch):
+def test_auto_runs_the_reference_while_the_compiler_compiles_here(auto, monkeypatch):
     x = _x()
     kernels.softmax_forward(x)
     assert kernels.wait_compiled(300)  # softmax float32 is ready
+    _stop_the_worker()
+    monkeypatch.setitem(kernels._bg, "no_worker", "none: the compiler compiles here")
     entered, release = threading.Event(), threading.Event()
     stand_in = kernels._stand_in
 
-    def slow_stand_in(spec):  # runs in the compiler thread, under the launch lock
-        entered.set()
-        release.wait(60)
+    def slow_stand_in(spec):  # in the compiler thread, under the launch lock
+        if kernels._bg["compiling_here"]:
+            entered.set()
+            release.wait(60)
         return stand_in(spec)
 
     monkeypatch.setattr(kernels, "_stand_in", slow_stand_in)
@@ -194,6 +197,33 @@ def test_auto_runs_the_reference_while_the_compiler_holds_the_lock(auto, monkeyp
     assert kernels.wait_compiled(300)
     kernels.softmax_forward(x)
     assert _counts("softmax_forward")[1] == before[1] + 1
+
+
+def test_a_call_waits_for_the_compilers_load_from_the_cache(auto_warm, monkeypatch):
+    """Loading is short, and which path a call takes must not depend on its timing."""
+    x = _x()
+    kernels.softmax_forward(x)  # ready (loaded or compiled) in this process
+    entered, release = threading.Event(), threading.Event()
+    stand_in = kernels._stand_in
+
+    def slow_stand_in(spec):  # the compiler's load, under the launch lock
+        entered.set()
+        release.wait(60)
+        return stand_in(spec)
+
+    monkeypatch.setattr(kernels, "_stand_in", slow_stand_in)
+    with kernels.compiler_paused():
+        kernels.gelu_forward(x)  # queued; the compiler loads it once the pause ends
+    try:
+        assert entered.wait(60)
+        threading.Timer(0.3, release.set).start()
+        before = _counts("softmax_forward")
+        kernels.softmax_forward(x)  # waits for the load instead of running the reference
+        assert release.is_set()
+        assert _counts("softmax_forward") == (before[0], before[1] + 1)
+    finally:
+        release.set()
+    assert kernels.wait_compiled(300)
 
 
 def test_a_stand_in_that_fails_leaves_the_call_to_its_thread(auto, monkeypatch):
@@ -489,14 +519,17 @@ def test_openblas_spares_a_cpu_only_while_compiling(auto, monkeypatch):
         seen = []
         stand_in = kernels._stand_in
 
-        def spy(spec):  # in the compiler thread, while it is busy
-            seen.append(threads.openblas_num_threads())
+        def spy(spec):  # in the compiler thread
+            seen.append((kernels._bg["spared"], threads.openblas_num_threads()))
             return stand_in(spec)
 
         monkeypatch.setattr(kernels, "_stand_in", spy)
         kernels.softmax_forward(_x())
         assert kernels.wait_compiled(300)
-        assert seen and set(seen) == {2}
+        # the compiler's look in the cache spares nothing; its load after the worker's
+        # compile runs with OpenBLAS on one thread fewer
+        assert (False, 3) in seen and (True, 2) in seen
+        assert set(seen) <= {(False, 3), (True, 2)}
         assert threads.openblas_num_threads() == 3
     finally:
         ta.set_num_threads(count)

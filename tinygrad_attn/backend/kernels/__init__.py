@@ -44,10 +44,12 @@ lock, which loads it. numba's compiler is Python: in a thread of this process it
 hold the GIL for most of every second and slow the steps running beside it several times
 over; in the worker it holds none of this process's locks and allocates none of its
 memory. Where the worker cannot run (no interpreter to start, a crash) the thread compiles
-here instead. A call in "auto" that finds the launch lock taken by the compiler runs the
-reference rather than wait. `wait_compiled()` waits for the queue to empty;
-`compiler_paused()` holds loading back, here and in the thread, while a raw memory profile
-traces every thread's allocations. "numba" mode compiles in the calling thread, as before.
+here instead; a call in "auto" that finds the launch lock taken for that runs the
+reference rather than wait (a load from the cache, short, is waited for). OpenBLAS spares
+the compiler a CPU only while it compiles. `wait_compiled()` waits for the queue to empty;
+`compiler_paused()` holds the compiler back, here and in the thread, while a raw memory
+profile traces every thread's allocations. "numba" mode compiles in the calling thread, as
+before.
 """
 
 from __future__ import annotations
@@ -163,11 +165,13 @@ def _launch(fast, *args, **kwargs):
 
 def _try_launch(fast, *args, **kwargs):
     """_launch for "auto": NotImplemented (the reference runs) instead of waiting while the
-    background compiler holds the lock; another kernel's launch is short, and waited for."""
+    background compiler holds the lock to compile in this process (seconds); another
+    kernel's launch, or the compiler's loading from the cache, is short, and waited for
+    (so that which path a call takes does not depend on the timing of a load)."""
     lock = _state["launch"]
     if not lock.acquire(blocking=False):
         while True:
-            if _bg["busy"]:
+            if _bg["compiling_here"]:
                 return NotImplemented
             if lock.acquire(timeout=0.002):
                 break
@@ -193,10 +197,11 @@ def _compiled_call(name: str, args: tuple, kwargs: dict):
 
 
 # ------------------------------------------------------------------- background compiling
-# "auto" runs a compiled kernel only once it is compiled for the call's argument types; the
-# compiling happens in one daemon thread (docs/kernels.md, "Compiling in the background").
+# "auto" runs a compiled kernel only once it is ready for the call's argument types: loaded
+# from numba's cache by the first call, or compiled in the worker process for one daemon
+# thread, which then loads it (docs/kernels.md, "Compiling in the background").
 _bg = {"ready": set(), "missed": set(), "failed": {}, "closed": False, "paused": 0,
-       "no_worker": None}
+       "no_worker": None, "compiling_here": False, "spared": False}
 WORKER_IDLE_S = 10.0  # the worker process exits after this long with nothing queued
 
 
@@ -342,14 +347,11 @@ def _compile_loop() -> None:
             while not _bg["queue"]:
                 if _bg["busy"]:
                     _bg["busy"] = False
-                    threads.spare_one_cpu(False)
                     cond.notify_all()
                 if not cond.wait(WORKER_IDLE_S) and not _bg["queue"]:
                     _stop_worker()
             key, spec = _bg["queue"].popleft()
-            if not _bg["busy"]:
-                _bg["busy"] = True
-                threads.spare_one_cpu(True)
+            _bg["busy"] = True
         _compile_one(key, spec)
         with cond:
             _bg["ready"].add(key)
@@ -365,14 +367,28 @@ def _compile_one(key, spec) -> None:
     real call compiles in the caller's thread. Nothing here while compiler_paused() holds."""
     if key in _bg["ready"]:  # a call in another thread loaded it meanwhile
         return
-    if not _stand_in_call(key, spec, cache_only=True):
-        _compile_in_worker(key[0], spec)
+    if _stand_in_call(key, spec, cache_only=True):
+        return
+    _spare_a_cpu(True)  # a compile, here or in the worker, takes a core for seconds
+    try:
+        answer = _compile_in_worker(key[0], spec)
+        _bg["compiling_here"] = answer != "ok"  # the stand-in call below compiles
         _stand_in_call(key, spec, cache_only=False)
+    finally:
+        _bg["compiling_here"] = False
+        _spare_a_cpu(False)
+
+
+def _spare_a_cpu(spare: bool) -> None:
+    """OpenBLAS on one thread fewer while a compile runs (threads.spare_one_cpu)."""
+    _bg["spared"] = spare
+    threads.spare_one_cpu(spare)
 
 
 def _stand_in_call(key, spec, cache_only: bool) -> bool:
-    """Call kernel key[0] on stand-ins here, holding the launch lock (waiting while paused);
-    with cache_only, False where it would have had to compile (or the pause holds)."""
+    """Call kernel key[0] on stand-ins here, holding the launch lock (waiting while paused:
+    a key queued during a raw profile is looked for in the cache once it ends, and needs no
+    worker if it is there); with cache_only, False where it would have had to compile."""
     while True:
         with _state["launch"], _bg["compiling"]:
             if _bg["closed"]:
@@ -395,8 +411,6 @@ def _stand_in_call(key, spec, cache_only: bool) -> bool:
                 except Exception as e:  # noqa: BLE001 - the real call will meet it
                     _bg["failed"][key] = repr(e)
                 return True
-            if cache_only:
-                return False
         with _bg["cond"]:
             _bg["cond"].wait_for(lambda: not _bg["paused"] or _bg["closed"])
 
@@ -489,8 +503,9 @@ def wait_compiled(timeout: float | None = None) -> bool:
 
 @contextlib.contextmanager
 def compiler_paused():
-    """Inside: the background compiler does no work in this process (a load or compile in
-    flight here finishes first; the worker process may go on compiling). For a raw memory
+    """Inside: no kernel loads or compiles in this process ("auto" calls whose kernel is not
+    ready run the reference and queue it; a load or compile in flight here finishes first;
+    the worker finishes a compile in flight but is given nothing new). For a raw memory
     profile: tracemalloc traces every thread's allocations, and a kernel's loading or
     compiling allocates megabytes of Python objects."""
     with _bg["compiling"]:
@@ -520,8 +535,8 @@ def _after_fork_in_child() -> None:
     # compiler thread does not exist in the child: fresh ones (compiled kernels stay
     # ready); the parent's worker is the parent's: its pipes are closed here, unused
     _state["launch"] = threading.RLock()
-    if _bg["busy"]:
-        threads.spare_one_cpu(False)
+    if _bg["spared"]:
+        _spare_a_cpu(False)
     worker = _bg["worker"]
     if worker is not None:
         worker.stdin.close()
