@@ -6,9 +6,10 @@ shakespeare-char GPT (nn.GPT + nn.optim.AdamW: forward, backward, step). Three w
 
     numpy  TINYGRAD_ATTN_KERNELS=numpy: the reference kernels; numba is never imported
     cold   TINYGRAD_ATTN_KERNELS=auto with NUMBA_CACHE_DIR a new empty folder: numba is
-           imported and every kernel compiled, in a background thread while the steps run
+           imported and every kernel compiled, in a worker process while the steps run
            the reference kernels (docs/kernels.md, "Compiling in the background")
-    warm   the same, with the folder the cold run filled: kernels load from numba's cache
+    warm   the same, with the folder the cold run filled: each kernel loads from numba's
+           cache on its first call
 
 The runs alternate (numpy, cold, warm, numpy, ...) and each cell is the median. "extra"
 is the first step's time minus the numpy path's first step: what a user waits for the
