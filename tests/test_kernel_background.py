@@ -38,25 +38,6 @@ def _cache_always_misses():
 
 
 @pytest.fixture
-def auto(monkeypatch):
-    """"auto" mode with no kernel ready yet and numba's cache taken as cold: each key's
-    first call runs the reference and queues it, and the background compiler compiles it
-    in the worker (the kernels numba already compiled in this process become ready again
-    at once when the stand-in call is made here)."""
-    pytest.importorskip("numba")
-    kernels.wait_compiled(300)
-    before = kernels.get_kernels()
-    kernels.set_kernels("auto")
-    monkeypatch.setitem(kernels._bg, "ready", set())
-    monkeypatch.setitem(kernels._bg, "missed", set())
-    monkeypatch.setitem(kernels._bg, "failed", {})
-    monkeypatch.setattr(kernels._load_compiled(), "cache_only", _cache_always_misses)
-    yield
-    assert kernels.wait_compiled(300)
-    kernels.set_kernels(before)
-
-
-@pytest.fixture
 def auto_warm(monkeypatch):
     """"auto" mode with no kernel ready yet, numba's cache as it is (warm: the suite's
     kernels are compiled and cached by now)."""
@@ -70,6 +51,15 @@ def auto_warm(monkeypatch):
     yield
     assert kernels.wait_compiled(300)
     kernels.set_kernels(before)
+
+
+@pytest.fixture
+def auto(auto_warm, monkeypatch):
+    """auto_warm with numba's cache taken as cold: each key's first call runs the reference
+    and queues it, and the background compiler compiles it in the worker (the kernels numba
+    already compiled in this process become ready again at once when the stand-in call is
+    made here)."""
+    monkeypatch.setattr(kernels._load_compiled(), "cache_only", _cache_always_misses)
 
 
 def _counts(name):
