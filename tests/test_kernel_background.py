@@ -319,6 +319,21 @@ def test_a_cache_miss_is_looked_for_once_per_key(auto_warm, monkeypatch):
     assert _counts("softmax_forward")[1] > before[1]
 
 
+def test_a_worker_that_hangs_is_killed_and_the_thread_compiles(auto, monkeypatch):
+    _stop_the_worker()
+    monkeypatch.setitem(kernels._bg, "no_worker", None)
+    monkeypatch.setattr(kernels, "_WORKER", "import time; time.sleep(120)")
+    monkeypatch.setattr(kernels, "WORKER_TIMEOUT_S", 0.5)
+    x = _x()
+    kernels.softmax_forward(x)
+    assert kernels.wait_compiled(300)
+    assert kernels._bg["no_worker"] == "the worker process did not answer in 0.5 s"
+    assert kernels._bg["worker"] is None
+    before = _counts("softmax_forward")
+    kernels.softmax_forward(x)
+    assert _counts("softmax_forward") == (before[0], before[1] + 1)
+
+
 def test_encode_round_trips_a_queued_call():
     ro = np.ones((3, 4), np.float32)
     ro.setflags(write=False)

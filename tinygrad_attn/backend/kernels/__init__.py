@@ -43,8 +43,8 @@ fills the cache; then the thread makes the same stand-in call here, holding the 
 lock, which loads it. numba's compiler is Python: in a thread of this process it would
 hold the GIL for most of every second and slow the steps running beside it several times
 over; in the worker it holds none of this process's locks and allocates none of its
-memory. Where the worker cannot run (no interpreter to start, a crash) the thread compiles
-here instead; a call in "auto" that finds the launch lock taken for that runs the
+memory. Where the worker cannot run (no interpreter to start, a crash, a hang) the thread
+compiles here instead; a call in "auto" that finds the launch lock taken for that runs the
 reference rather than wait (a load from the cache, short, is waited for). OpenBLAS spares
 the compiler a CPU only while it compiles. `wait_compiled()` waits for the queue to empty;
 `compiler_paused()` holds the compiler back, here and in the thread, while a raw memory
@@ -61,9 +61,11 @@ import importlib
 import importlib.util
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -203,6 +205,7 @@ def _compiled_call(name: str, args: tuple, kwargs: dict):
 _bg = {"ready": set(), "missed": set(), "failed": {}, "closed": False, "paused": 0,
        "no_worker": None, "compiling_here": False, "spared": False}
 WORKER_IDLE_S = 10.0  # the worker process exits after this long with nothing queued
+WORKER_TIMEOUT_S = 600.0  # a compile not answered by then: the worker is taken as hung
 
 
 def _fresh_queue() -> None:
@@ -449,21 +452,27 @@ def _compile_in_worker(name: str, spec) -> str | None:
         return None
     try:  # raw file descriptors: a buffered pipe's lock, held here, would be held forever
         os.write(worker.stdin.fileno(), line.encode())  # in a child forked meanwhile
-        answer = b""
+        answer, deadline = b"", time.monotonic() + WORKER_TIMEOUT_S
         while not answer.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([worker.stdout], [], [], left)[0]:
+                raise TimeoutError
             chunk = os.read(worker.stdout.fileno(), 4096)
             if not chunk:
                 raise EOFError
             answer += chunk
         return json.loads(answer)["result"]
+    except TimeoutError:  # hung: killed, and the thread compiles from now on
+        why = f"the worker process did not answer in {WORKER_TIMEOUT_S:g} s"
     except (OSError, EOFError, ValueError, KeyError):  # it died (or was stopped at exit)
         with contextlib.suppress(subprocess.TimeoutExpired):
             worker.wait(5)
-        with _bg["cond"]:
-            if not _bg["closed"]:
-                _bg["no_worker"] = f"the worker process ended (exit code {worker.poll()})"
-            _stop_worker()
-        return None
+        why = f"the worker process ended (exit code {worker.poll()})"
+    with _bg["cond"]:
+        if not _bg["closed"]:
+            _bg["no_worker"] = why
+        _stop_worker()
+    return None
 
 
 def _start_worker():
