@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -332,6 +333,30 @@ def test_a_worker_that_hangs_is_killed_and_the_thread_compiles(auto, monkeypatch
     before = _counts("softmax_forward")
     kernels.softmax_forward(x)
     assert _counts("softmax_forward") == (before[0], before[1] + 1)
+
+
+def test_a_numba_that_does_not_import_leaves_auto_on_the_reference(auto_warm, monkeypatch):
+    """numba installed but broken (say it does not support this NumPy): "auto" warns once
+    and runs the reference from then on; "numba" mode raises the error."""
+    def broken():
+        raise ImportError("numba needs an older NumPy")
+
+    monkeypatch.setattr(kernels, "_load_compiled", broken)
+    monkeypatch.setitem(kernels._state, "auto_off", None)
+    x = _x()
+    before = _counts("softmax_forward")
+    with pytest.warns(RuntimeWarning, match="could not load .*older NumPy"):
+        got = kernels.softmax_forward(x)
+    np.testing.assert_array_equal(got, kernels.reference.softmax_forward(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernels.softmax_forward(x)
+        kernels.gelu_forward(x)
+    assert _counts("softmax_forward") == (before[0] + 2, before[1])
+    assert not kernels._bg["queue"]
+    kernels.set_kernels("numba")
+    with pytest.raises(ImportError, match="older NumPy"):
+        kernels.softmax_forward(x)
 
 
 def test_encode_round_trips_a_queued_call():

@@ -66,6 +66,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -79,7 +80,7 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 calls: collections.Counter = collections.Counter()  # (kernel name, "numba" | "numpy") -> n
 
-_state = {"mode": "auto", "compiled": None}
+_state = {"mode": "auto", "compiled": None, "auto_off": None}
 _state["launch"] = threading.RLock()  # one compiled kernel at a time (see the docstring)
 
 
@@ -100,6 +101,21 @@ def _load_compiled():
         _state["compiled"] = importlib.import_module(".compiled", __name__)
         threads.apply_to_compiled(_state["compiled"])  # its pool follows the engine's count
     return _state["compiled"]
+
+
+def _auto_compiled():
+    """_load_compiled for "auto": None where the compiled package cannot load (numba is
+    installed but does not import, say it does not support this NumPy). "auto" then runs the
+    reference from here on, after one warning; "numba" mode raises the error instead."""
+    if _state["auto_off"] is None:
+        try:
+            return _load_compiled()
+        except Exception as e:  # noqa: BLE001 - any import failure: the reference runs
+            _state["auto_off"] = f"{type(e).__name__}: {e}"
+            warnings.warn(f"tinygrad_attn: the compiled kernels could not load "
+                          f"({_state['auto_off']}); kernels 'auto' runs the NumPy "
+                          "reference kernels", RuntimeWarning, stacklevel=2)
+    return None
 
 
 def set_kernels(mode: str) -> None:
@@ -152,7 +168,8 @@ def _use_compiled(operands) -> bool:
     if mode == "numpy" or not _compilable(operands):
         return False
     if mode == "auto":
-        if operands[0] is None or operands[0].size < AUTO_MIN_SIZE or not numba_available():
+        if (operands[0] is None or operands[0].size < AUTO_MIN_SIZE
+                or not numba_available() or _state["auto_off"] is not None):
             return False
     return True
 
@@ -319,7 +336,9 @@ def _first_call(key, name: str, args: tuple, kwargs: dict):
     Otherwise (a cache miss, found once per key; compiler_paused() holding; the compiler's
     lock taken) NotImplemented, the reference runs, and the key is queued."""
     if not _bg["paused"] and key not in _bg["missed"]:
-        compiled = _load_compiled()
+        compiled = _auto_compiled()
+        if compiled is None:
+            return NotImplemented
         fast = getattr(compiled, name, None)
         if fast is not None:
             try:
@@ -397,10 +416,9 @@ def _stand_in_call(key, spec, cache_only: bool) -> bool:
             if _bg["closed"]:
                 return True
             if not _bg["paused"]:
-                try:
-                    compiled = _load_compiled()
-                except Exception as e:  # noqa: BLE001 - the real call will meet it
-                    _bg["failed"][key] = repr(e)
+                compiled = _auto_compiled()
+                if compiled is None:  # "auto" runs the reference from now on
+                    _bg["failed"][key] = _state["auto_off"]
                     return True
                 try:
                     fast = getattr(compiled, key[0])
@@ -634,7 +652,8 @@ def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, ep
     args = (lr, beta1, beta2, eps, weight_decay, step)
     rest = quads
     mode = _state["mode"]
-    if mode != "numpy" and numba_available():
+    if mode != "numpy" and numba_available() and (mode != "auto"
+                                                  or _state["auto_off"] is None):
         fast = [q for q in quads if _compilable(q)]
         dtypes = {q[0].dtype for q in fast}
         if mode == "auto" and sum(q[0].size for q in fast) < AUTO_MIN_SIZE:
