@@ -181,13 +181,17 @@ def check_case(case: Case, torch) -> None:
         np.testing.assert_allclose(_host(a), _host(b), rtol=rtol, atol=max(atol, 1e-6),
                                    equal_nan=True, err_msg=f"output {k}")
     if wants_grad:
+        computed_in = [_tolerance(_dtype_name(b)) for b in theirs
+                       if _dtype_name(b).startswith(("float", "bfloat"))]
         for i, (a, b) in enumerate(zip(our_grads, their_grads)):
             if b is None:
                 assert a is None or not np.any(a), f"input {i}: torch has no gradient"
                 continue
             assert a is not None, f"input {i}: no gradient where torch has one"
             assert a.dtype == b.dtype, f"grad of input {i}: {a.dtype} where torch has {b.dtype}"
-            rtol, atol = _tolerance(str(b.dtype))
+            # a float64 input's gradient through a float32 computation (float32 ** a 0-d
+            # float64 exponent) carries float32 rounding: hold it to the looser tolerance
+            rtol, atol = (max(t) for t in zip(_tolerance(str(b.dtype)), *computed_in))
             np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, equal_nan=True,
                                        err_msg=f"grad of input {i}")
 

@@ -77,11 +77,22 @@ def test_gelu_kernels_agree_with_the_reference(compiled, name, n):
                 _check32(a, b, x)
 
 
-def test_float64_exact_gelu_is_the_references_to_the_bit(compiled):
+def test_float64_exact_gelu_is_the_references_arithmetic_to_the_bit(compiled):
+    """float64 gelu is the reference's formula, operation for operation. The one thing the
+    two paths may not share is exp: the compiled kernel calls the C library's, and NumPy
+    has a SIMD exp of its own on AVX-512 machines, which differs from it in the last bit
+    on a few percent of these values. So the forward (no exp) is the reference to the bit,
+    the backward is the reference's formula with the C library's exp to the bit, and the
+    reference itself to float64 rounding (cdf + x phi cancels for x < 0: 1e-12 relative)."""
     x, g = _inputs(3 * 16384 + 5, np.float64)
     with np.errstate(all="ignore"):
         assert compiled.gelu_forward(x).tobytes() == reference.gelu_forward(x).tobytes()
-        assert compiled.gelu_backward(x, g).tobytes() == reference.gelu_backward(x, g).tobytes()
+        ours = compiled.gelu_backward(x, g)
+        libm_exp = np.array([math.exp(v) for v in (-0.5 * x * x)])
+        cdf, _ = reference.gelu_cdf(x)
+        formula = g * (cdf + x * (reference._INV_SQRT_2PI * libm_exp))
+        assert ours.tobytes() == formula.tobytes()
+        np.testing.assert_allclose(ours, reference.gelu_backward(x, g), rtol=1e-12, atol=0)
 
 
 def test_the_gelu_loops_exp_of_non_positive_values_is_exp32_to_the_bit(compiled):
