@@ -75,11 +75,11 @@ def floor_bytes(cfg: nn.GPTConfig, batch: int, attn: str | None = None,
     saved_activations (bytes pinned by graph nodes, each storage once; the parameters a
     node keeps are left out, as the ledger's unique_bytes_without_parameters does):
       top level  wte's IndexSelect: idx (B*T int64); wpe's: pos (T int64);
-                 ln_f: xhat (B,T,C) + rstd (B,T); lm_head's matmul: its input (B,T,C);
+                 ln_f: its input (B,T,C) + rstd (B,T); lm_head's matmul: its input (B,T,C);
                  cross_entropy: logits (B*T,V) + logsumexp (B*T) + targets (B*T int64)
-      per block  ln_1: xhat (B,T,C) + rstd (B,T); c_attn's matmul: its input (B,T,C);
+      per block  ln_1: its input (B,T,C) + rstd (B,T); c_attn's matmul: its input (B,T,C);
                  attention (below); c_proj's matmul: the merged heads (B,T,C), the one
-                 contiguous() copy; ln_2: xhat + rstd; c_fc: input (B,T,C);
+                 contiguous() copy; ln_2: its input + rstd; c_fc: input (B,T,C);
                  gelu: its input (B,T,4C); mlp.c_proj: gelu's output (B,T,4C)
                  = 16 BTC f + 2 BT f + attention
       attention  "views": qkv (B,T,3C), pinned once by the q/k/v views that both matmuls
@@ -112,11 +112,11 @@ def floor_bytes(cfg: nn.GPTConfig, batch: int, attn: str | None = None,
 
     drop = cfg.dropout > 0
     top = {"embedding indices (idx, pos)": B * T * 8 + T * 8,
-           "ln_f xhat + rstd": BTC + BT, "lm_head input": BTC,
+           "ln_f input + rstd": BTC + BT, "lm_head input": BTC,
            "cross_entropy logits + lse + targets": B * T * V * f + BT + B * T * 8}
     if drop:
         top["embedding dropout mask"] = B * T * C
-    block = {"layernorms xhat + rstd": 2 * (BTC + BT), "c_attn input": BTC,
+    block = {"layernorms input + rstd": 2 * (BTC + BT), "c_attn input": BTC,
              "c_proj input (merged heads)": BTC, "c_fc input": BTC,
              "gelu input + mlp.c_proj input": 8 * BTC}
     if attn == "views":

@@ -20,9 +20,8 @@ hs = C / nh, KV = n_kv_head * hs, V vocab, H = swiglu_hidden(C) = 2/3 * 4C round
               (block_size, hs/2) each, shared by every layer, so counted once: block_size hs f;
               ln_f BTC f + BT f; lm_head input BTC f; cross_entropy logits BTV f + lse BT f
               + targets (B T int64)
-  per block   norms      2 (BTC + BT) f, either kind: LayerNorm keeps xhat and 1/std, RMSNorm
-                         keeps its input x and 1/rms (x is the residual stream, not otherwise
-                         saved: the same bytes)
+  per block   norms      2 (BTC + BT) f, either kind keeps its input x (the residual stream,
+                         not otherwise saved) and 1/std (LayerNorm) or 1/rms (RMSNorm)
               c_attn     its input BTC f, and its output qkv B T (C + 2 KV) f, pinned whole by
                          the q/k/v views that the attention keeps (GQA shrinks it: KV < C)
               rope       + the rotated q (BTC f) and k (B T KV f): new tensors the scores

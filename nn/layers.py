@@ -44,7 +44,8 @@ class Linear(Module):
 class LayerNorm(Module):
     """LayerNorm with an optional bias (nanoGPT's), as one fused op.
 
-    The op saves the normalized input and 1/std for backward, not x and its statistics.
+    The op saves its input x and 1/std for backward (x is the residual stream in a
+    transformer, alive anyway) and rebuilds the normalized input from them.
     """
 
     def __init__(self, normalized_shape, bias: bool = True, eps: float = 1e-5) -> None:

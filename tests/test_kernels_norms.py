@@ -71,7 +71,8 @@ def test_layer_norm_forward_agrees(compiled, dtype, shape, weight, bias):
     for fast, ref in zip(compiled.layer_norm_forward(x, w, b, 1e-5),
                          reference.layer_norm_forward(x, w, b, 1e-5)):
         _close(fast, ref, dtype)
-    assert compiled.layer_norm_forward(x, w, b, 1e-5)[2].shape == (shape[0], 1)
+    y, rstd = compiled.layer_norm_forward(x, w, b, 1e-5)
+    assert y.shape == x.shape and rstd.shape == (shape[0], 1)
 
 
 NEEDS3 = [(True, True, True), (True, False, False), (False, True, False), (False, False, True),
@@ -83,11 +84,12 @@ NEEDS3 = [(True, True, True), (True, False, False), (False, True, False), (False
 @pytest.mark.parametrize("needs", NEEDS3)
 @pytest.mark.parametrize("weight", [True, False])
 def test_layer_norm_backward_agrees(compiled, dtype, shape, needs, weight):
-    _, xhat, rstd = reference.layer_norm_forward(_rand(shape, dtype), None, None, 1e-5)
+    x = _rand(shape, dtype)
+    xhat, rstd = reference.layer_norm_forward(x, None, None, 1e-5)  # no weight: y is xhat
     g = _rand(shape, dtype, 3)
     w, _ = _params(shape[1], dtype, weight, False)
-    fast = compiled.layer_norm_backward(g, xhat, rstd, w, needs)
-    ref = reference.layer_norm_backward(g, xhat, rstd, w, needs)
+    fast = compiled.layer_norm_backward(g, x, rstd, w, needs)
+    ref = reference.layer_norm_backward(g, x, rstd, w, needs)
     terms = np.abs(g).max(initial=0) * (np.abs(w).max(initial=0) if weight else 1)
     terms *= rstd.max(initial=0)
     _close(fast[0], ref[0], dtype, mag=terms)  # gx cancels: the ulp of its terms, g w rstd
@@ -106,7 +108,7 @@ def test_layer_norm_large_offset_keeps_the_variance(compiled, dtype):
     # float32: x's own rounding near 1e4 (ulp 1e-3) bounds what either path can do
     tol = 1e-11 if dtype == np.float64 else 2e-3
     for fn in (compiled.layer_norm_forward, reference.layer_norm_forward):
-        _, xhat, rstd = fn(x, None, None, 1e-5)
+        xhat, rstd = fn(x, None, None, 1e-5)  # no weight or bias: y is xhat
         np.testing.assert_allclose(rstd, true_rstd, rtol=tol)
         np.testing.assert_allclose(xhat, true_xhat, atol=tol)
 
@@ -295,13 +297,13 @@ def test_both_paths_allocate_the_same_storage(kind):
 
 
 def test_saved_tensors_unchanged(mode):
-    """layer_norm keeps xhat + rstd (+ weight, bias), rms_norm x + rstd (+ weight) and
-    cross_entropy logits + lse (+ target), in the shapes they always had."""
+    """layer_norm and rms_norm keep their input x + rstd (+ weight, bias), cross_entropy
+    logits + lse (+ target): the input itself, no copy of it."""
     x = _t(_rand((2, 3, 4), np.float32))
     w, b = _t(_rand(4, np.float32, 1)), _t(_rand(4, np.float32, 2))
     y = F.layer_norm(x, 4, w, b)
-    xhat, rstd, ws, bs = y.grad_fn.saved_tensors
-    assert xhat.shape == (2, 3, 4) and rstd.shape == (2, 3, 1) and ws is w and bs is b
+    xs, rstd, ws, bs = y.grad_fn.saved_tensors
+    assert xs is x and rstd.shape == (2, 3, 1) and ws is w and bs is b
     y = F.rms_norm(x, (3, 4), None)
     xs, rstd, ws = y.grad_fn.saved_tensors
     assert xs is x and rstd.shape == (2, 1, 1) and ws is None

@@ -23,21 +23,24 @@ class LayerNorm(Function):
 
     gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) with gh = g * weight;
     gw = sum(g * xhat), gb = sum(g) over the leading dims.
-    Saves the normalized input xhat (x's size) and rstd (one value per row), plus the
-    weight: exactly the factors of that formula, so neither x nor the mean is kept.
+    Saves the input x, rstd (one value per row) and the weight, as rms_norm does: x is
+    alive anyway (in a transformer it is the residual stream, the producer's output), so
+    only rstd is new; backward rebuilds xhat = (x - mean) * rstd, the row's mean
+    recomputed as the forward computed it, instead of keeping an x-sized xhat (which the
+    forward would also have to write: a third more memory traffic).
     Policy "recompute": a later node that needs y (the next Linear) keeps a recipe, and y
-    is rebuilt as xhat * weight + bias in backward, so y itself is not kept.
+    is rebuilt in backward by the forward kernel from x, so y itself is not kept.
     The arithmetic is backend.kernels.layer_norm_forward / layer_norm_backward on the
     (rows, normalized size) view of x.
     """
 
     policy = "layer_norm"
-    saves = {"save": "xhat + rstd", "recompute": "xhat + rstd (output rebuilt for later nodes)"}
+    saves = {"save": "x + rstd", "recompute": "x + rstd (output rebuilt for later nodes)"}
 
     @staticmethod
     def saved_bytes_formula(shape, itemsize, policy, n_normalized=1):
         rows = math.prod(shape[: len(shape) - n_normalized])
-        return math.prod(shape) * itemsize + rows * itemsize  # xhat, rstd
+        return math.prod(shape) * itemsize + rows * itemsize  # x, rstd
 
     @staticmethod
     def forward(ctx, x, weight, bias, normalized_shape, eps=1e-5):
@@ -60,27 +63,27 @@ class LayerNorm(Function):
                 )
         lead = tuple(x.shape[: x.ndim - n])
         ctx.rows = (math.prod(lead), math.prod(normalized_shape))  # the kernels' 2-D view
-        y, xhat, rstd = backend.kernels.layer_norm_forward(
+        ctx.eps = eps
+        y, rstd = backend.kernels.layer_norm_forward(
             x._array().reshape(ctx.rows), _flat(weight), _flat(bias), eps)
         ctx.axes = tuple(range(x.ndim - n, x.ndim))
-        ctx.save_for_backward(from_array(xhat.reshape(x.shape)),
-                              from_array(rstd.reshape(lead + (1,) * n)), weight, bias)
+        ctx.save_for_backward(x, from_array(rstd.reshape(lead + (1,) * n)), weight, bias)
         return from_array(y.reshape(x.shape))
 
     @staticmethod
     def recompute(ctx):
-        xhat, _, weight, bias = ctx.saved_tensors
-        y = xhat._array() * weight._array() if weight is not None else xhat._array().copy()
-        if bias is not None:
-            y += bias._array()
-        return from_array(y)
+        x, _, weight, bias = ctx.saved_tensors
+        X = x._array()
+        y, _ = backend.kernels.layer_norm_forward(X.reshape(ctx.rows), _flat(weight),
+                                                  _flat(bias), ctx.eps)
+        return from_array(y.reshape(X.shape))
 
     @staticmethod
     def backward(ctx, g):
-        xhat_t, rstd_t, weight, bias = ctx.saved_tensors
+        x, rstd_t, weight, bias = ctx.saved_tensors
         G = g._array()
         gx, gw, gb = backend.kernels.layer_norm_backward(
-            G.reshape(ctx.rows), xhat_t._array().reshape(ctx.rows),
+            G.reshape(ctx.rows), x._array().reshape(ctx.rows),
             rstd_t._array().reshape(ctx.rows[0], 1), _flat(weight), ctx.needs_input_grad[:3])
         return (None if gx is None else from_array(gx.reshape(G.shape)),
                 None if gw is None else from_array(gw.reshape(weight.shape)),

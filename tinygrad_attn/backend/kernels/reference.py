@@ -436,45 +436,59 @@ def _xp(a):
 
 
 def layer_norm_forward(x, weight, bias, eps):
-    """(y, xhat, rstd) of x (rows, n), weight and bias (n,) or None:
+    """(y, rstd) of x (rows, n), weight and bias (n,) or None:
 
-        xhat = (x - mean) * rstd,  rstd = 1 / sqrt(mean((x - mean)^2) + eps),
-        y = xhat * weight + bias,  rstd of shape (rows, 1)."""
+        y = (x - mean) * rstd * weight + bias,  rstd = 1 / sqrt(mean((x - mean)^2) + eps),
+        rstd of shape (rows, 1). The op saves x and rstd, not xhat: backward rebuilds
+        xhat from them (_layer_norm_xhat), so the forward allocates only its output."""
     xp = _xp(x)
-    mean = x.mean(axis=1, keepdims=True)
-    xhat = x - mean
-    y = xp.square(xhat)  # scratch for the variance, then the output's buffer
-    rstd = 1.0 / xp.sqrt(y.mean(axis=1, keepdims=True) + eps)
-    xhat *= rstd
+    y = x - x.mean(axis=1, keepdims=True)  # the centred x, then the output in place
+    var = xp.square(y).mean(axis=1, keepdims=True)
+    rstd = 1.0 / xp.sqrt(var + eps)
+    y *= rstd
     if weight is not None:
-        xp.multiply(xhat, weight, out=y)
-    else:
-        y[...] = xhat
+        y *= weight
     if bias is not None:
         y += bias
-    return y, xhat, rstd
+    return y, rstd
 
 
-def layer_norm_backward(g, xhat, rstd, weight, needs):
-    """(gx, gw, gb) of g (rows, n), each None where `needs` (for x, weight, bias) is false:
+def _layer_norm_xhat(x, rstd):
+    """xhat = (x - mean) * rstd, the mean recomputed as the forward computed it."""
+    xhat = x - x.mean(axis=1, keepdims=True)
+    xhat *= rstd
+    return xhat
 
+
+def layer_norm_backward(g, x, rstd, weight, needs):
+    """(gx, gw, gb) of g (rows, n) for the saved input x and rstd, each None where `needs`
+    (for x, weight, bias) is false:
+
+        xhat = (x - mean) * rstd,
         gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)),  gh = g * weight,
         gw = sum over rows of g * xhat,  gb = sum over rows of g.
 
-    Two g-sized buffers in all: `tmp` (the products) and `gh` (which becomes gx)."""
+    Two g-sized buffers in all: xhat, and `tmp` (g * xhat, then gh, which becomes gx)."""
     xp = _xp(g)
     nx, nw, nb = needs
-    tmp = g * xhat if nw or nx else None
-    gw = tmp.sum(axis=0) if nw else None
     gb = g.sum(axis=0) if nb else None
+    if not (nx or nw):
+        return None, None, gb
+    xhat = _layer_norm_xhat(x, rstd)
+    tmp = g * xhat
+    gw = tmp.sum(axis=0) if nw else None
     if not nx:
         return None, gw, gb
-    gh = g * weight if weight is not None else g.copy()
-    xp.multiply(gh, xhat, out=tmp)
-    m2 = tmp.mean(axis=1, keepdims=True)
+    # mean(gh * xhat) per row is (g * xhat) . weight / n: from tmp, before it becomes gh
+    m2 = (tmp @ weight if weight is not None else tmp.sum(axis=1))[:, None] / g.shape[1]
+    gh = tmp
+    if weight is not None:
+        xp.multiply(g, weight, out=gh)
+    else:
+        gh[...] = g
     gh -= gh.mean(axis=1, keepdims=True)
-    xp.multiply(xhat, m2, out=tmp)
-    gh -= tmp
+    xhat *= m2
+    gh -= xhat
     gh *= rstd
     return gh, gw, gb
 

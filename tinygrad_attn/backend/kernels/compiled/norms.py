@@ -80,7 +80,7 @@ def _row_stats_ov(xr):
 
 
 @njit(**_ROW_SUMS)
-def _layer_norm_fwd(x, w, b, eps, y, xhat, rstd):
+def _layer_norm_fwd(x, w, b, eps, y, rstd):
     rows, n = x.shape
     for r in prange(rows):
         xr = x[r]
@@ -89,7 +89,6 @@ def _layer_norm_fwd(x, w, b, eps, y, xhat, rstd):
         m = _in_dtype_of(x, mean)
         for j in range(n):
             h = (xr[j] - m) * rs
-            xhat[r, j] = h
             if w is not None:
                 h = h * w[j]
             if b is not None:
@@ -99,57 +98,61 @@ def _layer_norm_fwd(x, w, b, eps, y, xhat, rstd):
 
 
 def layer_norm_forward(x, weight, bias, eps):
-    """(y, xhat, rstd) of a (rows, n) x: one parallel pass over the rows, each row's mean
-    and variance in float64 (float32: one sweep over x minus its first element), then its
-    output."""
+    """(y, rstd) of a (rows, n) x: one parallel pass over the rows, each row's mean and
+    variance in float64 (float32: one sweep over x minus its first element), then its
+    output; the normalized input is not written (backward rebuilds it from x)."""
     rows, n = x.shape
     if n == 0:
         return NotImplemented
-    y, xhat = np.empty_like(x), np.empty_like(x)
-    rstd = np.empty((rows, 1), x.dtype)
-    _layer_norm_fwd(x, weight, bias, eps, y, xhat, rstd)
-    return y, xhat, rstd
+    y, rstd = np.empty_like(x), np.empty((rows, 1), x.dtype)
+    _layer_norm_fwd(x, weight, bias, eps, y, rstd)
+    return y, rstd
 
 
 @njit(**_ROW_SUMS)
-def _layer_norm_bwd(g, xhat, rstd, w, gx, acc, part, nx, sums, chunks):
+def _layer_norm_bwd(g, x, rstd, w, gx, acc, part, nx, sums, chunks):
     rows, n = g.shape
     for c in prange(chunks):
         lo, hi = c * rows // chunks, (c + 1) * rows // chunks
         aw, ab = acc[c, 0], acc[c, 1]
         for r in range(lo, hi):
-            gr, hr = g[r], xhat[r]
+            gr, xr, rs = g[r], x[r], rstd[r, 0]
+            m = _in_dtype_of(g, _row_stats(xr)[0])  # the forward's mean, to the bit
             s1 = _in_dtype_of(g, 0.0)
             s2 = _in_dtype_of(g, 0.0)
             if sums:
                 for j in range(n):
-                    aw[j] += gr[j] * hr[j]
+                    h = (xr[j] - m) * rs
+                    aw[j] += gr[j] * h
                     ab[j] += gr[j]
                     gh = gr[j] * w[j] if w is not None else gr[j]
                     s1 += gh
-                    s2 += gh * hr[j]
+                    s2 += gh * h
                 _flush_partial(aw, part[c, 0], r, lo, hi)
                 _flush_partial(ab, part[c, 1], r, lo, hi)
             else:
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
                     s1 += gh
-                    s2 += gh * hr[j]
+                    s2 += gh * ((xr[j] - m) * rs)
             if nx:
-                m1, m2, rs = s1 / _in_dtype_of(g, n), s2 / _in_dtype_of(g, n), rstd[r, 0]
+                m1, m2 = s1 / _in_dtype_of(g, n), s2 / _in_dtype_of(g, n)
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
-                    gx[r, j] = (gh - m1 - hr[j] * m2) * rs
+                    gx[r, j] = (gh - m1 - ((xr[j] - m) * rs) * m2) * rs
 
 
-def layer_norm_backward(g, xhat, rstd, weight, needs):
-    """(gx, gw, gb): one parallel pass over chunks of rows; gw and gb from per-chunk partial
-    sums added up at the end (no g-sized temporary)."""
+def layer_norm_backward(g, x, rstd, weight, needs):
+    """(gx, gw, gb) from the saved x and rstd: one parallel pass over chunks of rows, each
+    row's xhat rebuilt in registers; gw and gb from per-chunk partial sums added up at the
+    end (no g-sized temporary)."""
     rows, n = g.shape
     nx, nw, nb = (bool(v) for v in needs)
+    if x.shape != g.shape:
+        return NotImplemented
     chunks, acc, part = _weight_partials(rows, 2, n, g.dtype)
     gx = np.empty_like(g) if nx else np.empty((0, n), g.dtype)
-    _layer_norm_bwd(g, xhat, rstd, weight, gx, acc, part, nx, nw or nb, chunks)
+    _layer_norm_bwd(g, x, rstd, weight, gx, acc, part, nx, nw or nb, chunks)
     total = part.sum(axis=0).astype(g.dtype)
     return gx if nx else None, total[0] if nw else None, total[1] if nb else None
 
