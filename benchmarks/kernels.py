@@ -10,8 +10,15 @@ training step (batch 32, block 256, n_embd 384, 6 heads, vocab 65), float32:
     dropout p=0.1            (32, 256, 1536)
     AdamW step               the GPT's 10.7 M parameters; torch foreach and fused
 
-The engines run in turn, repeat after repeat (ours-numpy, ours-numba, torch, ...), so load
-on the machine hits them alike; each cell is the median. The first numba-path call of a row
+The engines take turns, repeat after repeat, so load on the machine hits them alike, and
+the order rotates from one repeat to the next (numpy, numba, torch; then numba, torch,
+numpy; ...), so no engine is always timed right after the same other one. Each turn starts
+after a pause of PAUSE_S, longer than GNU OpenMP's threads (torch's pool) spin-wait after
+an op by default, so an engine's call does not share the cores with another's idle
+spinning threads. (On the machine of README's tables the pause made no difference that
+could be told from noise: a compiled gelu at (32, 256, 1536) timed right after torch's
+took a median of 4.24 and 3.65 ms over 15 calls in two runs, 3.84 and 3.68 ms 0.2 s
+later.) Each cell is the median over the repeats. The first numba-path call of a row
 compiles its kernels (or loads them from numba's disk cache) and is reported apart, as
 "first call". Rows whose op is missing are skipped; the column "compiled" names the
 kernels that ran compiled (empty: no compiled twin yet, both paths ran the reference).
@@ -154,18 +161,23 @@ def adamw_setup(quick: bool, fused: bool):
 ENGINES = ("numpy", "numba", "torch")
 
 
+PAUSE_S = 0.05  # before each engine's turn: longer than OpenMP's spin-wait after an op
+
+
 def run_row(make_runs, engines, repeat: int) -> dict:
-    """make_runs() -> {engine: run() -> tuple of seconds}. The engines alternate; the first
-    call of each is a warm-up (for numba: the compile, kept as `first`)."""
+    """make_runs() -> {engine: run() -> tuple of seconds}. The engines take turns in a
+    rotating order; repeat 0 is a warm-up (for numba: the compile, kept as `first`)."""
     runs = make_runs()
     times = {e: [] for e in engines}
     first = None
     before = set(kernels.calls.items())
     for rep in range(repeat + 1):
-        for e in engines:
+        k = rep % len(engines)
+        for e in engines[k:] + engines[:k]:
             if e != "torch":
                 kernels.set_kernels(e)
             gc.collect()
+            time.sleep(PAUSE_S)
             t = runs[e]()
             if rep == 0:
                 if e == "numba":
