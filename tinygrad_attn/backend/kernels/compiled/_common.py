@@ -119,3 +119,15 @@ def _vexp(x):
     if x == types.float32:
         return lambda x: exp32(x)
     return lambda x: math.exp(x)
+
+
+def in_dtype_of(a, v):
+    """v in the float dtype of array a (compiled code only)."""
+    raise NotImplementedError
+
+
+@overload(in_dtype_of, inline="always")
+def _in_dtype_of_ov(a, v):
+    if a.dtype == types.float32:
+        return lambda a, v: np.float32(v)
+    return lambda a, v: np.float64(v)

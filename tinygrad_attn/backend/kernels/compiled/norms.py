@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from ._common import vexp
+from ._common import in_dtype_of, vexp
 
 # "reassoc" lets LLVM split a row's sum into SIMD lanes (a sum is otherwise one chain of
 # dependent additions); these kernels take no other fast-math liberty. Sums whose accuracy
@@ -18,18 +18,6 @@ from ._common import vexp
 # gradients, which add up every row.
 _ROW_SUMS = {"cache": True, "parallel": True, "fastmath": {"reassoc"}}
 _FLUSH_ROWS = 64  # rows a weight gradient sums in the input's dtype before it moves to float64
-
-
-def _in_dtype_of(a, v):
-    """v in the float dtype of array a (compiled code only)."""
-    raise NotImplementedError
-
-
-@overload(_in_dtype_of, inline="always")
-def _in_dtype_of_ov(a, v):
-    if a.dtype == types.float32:
-        return lambda a, v: np.float32(v)
-    return lambda a, v: np.float64(v)
 
 
 @njit(inline="always")
@@ -85,8 +73,8 @@ def _layer_norm_fwd(x, w, b, eps, y, rstd):
     for r in prange(rows):
         xr = x[r]
         mean, var = _row_stats(xr)
-        rs = _in_dtype_of(x, 1.0 / math.sqrt(var + eps))
-        m = _in_dtype_of(x, mean)
+        rs = in_dtype_of(x, 1.0 / math.sqrt(var + eps))
+        m = in_dtype_of(x, mean)
         for j in range(n):
             h = (xr[j] - m) * rs
             if w is not None:
@@ -117,9 +105,9 @@ def _layer_norm_bwd(g, x, rstd, w, gx, acc, part, nx, sums, chunks):
         aw, ab = acc[c, 0], acc[c, 1]
         for r in range(lo, hi):
             gr, xr, rs = g[r], x[r], rstd[r, 0]
-            m = _in_dtype_of(g, _row_stats(xr)[0])  # the forward's mean, to the bit
-            s1 = _in_dtype_of(g, 0.0)
-            s2 = _in_dtype_of(g, 0.0)
+            m = in_dtype_of(g, _row_stats(xr)[0])  # the forward's mean, to the bit
+            s1 = in_dtype_of(g, 0.0)
+            s2 = in_dtype_of(g, 0.0)
             if sums:
                 for j in range(n):
                     h = (xr[j] - m) * rs
@@ -136,7 +124,7 @@ def _layer_norm_bwd(g, x, rstd, w, gx, acc, part, nx, sums, chunks):
                     s1 += gh
                     s2 += gh * ((xr[j] - m) * rs)
             if nx:
-                m1, m2 = s1 / _in_dtype_of(g, n), s2 / _in_dtype_of(g, n)
+                m1, m2 = s1 / in_dtype_of(g, n), s2 / in_dtype_of(g, n)
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
                     gx[r, j] = (gh - m1 - ((xr[j] - m) * rs) * m2) * rs
@@ -165,7 +153,7 @@ def _rms_norm_fwd(x, w, eps, y, rstd):
         q = 0.0
         for j in range(n):
             q += np.float64(xr[j]) * xr[j]
-        rs = _in_dtype_of(x, 1.0 / math.sqrt(q / n + eps))
+        rs = in_dtype_of(x, 1.0 / math.sqrt(q / n + eps))
         for j in range(n):
             v = xr[j] * rs
             if w is not None:
@@ -192,7 +180,7 @@ def _rms_norm_bwd(g, x, rstd, w, gx, acc, part, nx, nw, chunks):
         aw = acc[c, 0]
         for r in range(lo, hi):
             gr, xr, rs = g[r], x[r], rstd[r, 0]
-            s = _in_dtype_of(g, 0.0)
+            s = in_dtype_of(g, 0.0)
             if nw:
                 for j in range(n):
                     h = xr[j] * rs
@@ -203,7 +191,7 @@ def _rms_norm_bwd(g, x, rstd, w, gx, acc, part, nx, nw, chunks):
                 for j in range(n):
                     s += (gr[j] * w[j] if w is not None else gr[j]) * (xr[j] * rs)
             if nx:
-                m = s / _in_dtype_of(g, n)
+                m = s / in_dtype_of(g, n)
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
                     gx[r, j] = (gh - xr[j] * rs * m) * rs
@@ -235,18 +223,18 @@ def _cross_entropy_fwd(x, t, ignore, loss, lse):
         # row is summed again from its max, with the C library's exp: a rare path, kept
         # out of the vector code (a second inlined exp32 loop costs a second of compile).
         m = xr[0]
-        s = _in_dtype_of(x, 0.0)
+        s = in_dtype_of(x, 0.0)
         for j in range(n):
             s += vexp(xr[j] - m)
         if not s <= _SHIFT_SUM_MAX:
             for j in range(1, n):
                 m = max(m, xr[j])  # a nan anywhere in the row makes the sum nan anyway
-            s = _in_dtype_of(x, 0.0)
+            s = in_dtype_of(x, 0.0)
             for j in range(n):
                 s += math.exp(xr[j] - m)
-        lr = _in_dtype_of(x, math.log(s)) + m
+        lr = in_dtype_of(x, math.log(s)) + m
         valid = t[r] != ignore
-        loss[r] = (lr - xr[t[r] if valid else 0]) * _in_dtype_of(x, valid)
+        loss[r] = (lr - xr[t[r] if valid else 0]) * in_dtype_of(x, valid)
         lse[r, 0] = lr
 
 
@@ -275,11 +263,11 @@ def _cross_entropy_bwd(x, lse, t, ignore, scale, grad):
     for r in prange(rows):  # x[r, j], not a row view: measured about 5% faster here
         lr = lse[r, 0]
         valid = t[r] != ignore
-        s = scale[r * step] * _in_dtype_of(x, valid)
+        s = scale[r * step] * in_dtype_of(x, valid)
         for j in range(n):
             grad[r, j] = vexp(x[r, j] - lr) * s
         k = t[r] if valid else 0
-        grad[r, k] = (vexp(x[r, k] - lr) - _in_dtype_of(x, 1.0)) * s
+        grad[r, k] = (vexp(x[r, k] - lr) - in_dtype_of(x, 1.0)) * s
 
 
 def cross_entropy_backward(logits, lse, target, ignore_index, scale):
