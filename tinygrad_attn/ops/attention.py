@@ -7,7 +7,9 @@ the online softmax over key blocks (a running row max m, row sum l, and the weig
 of values), skipping blocks that the causal mask hides entirely. It saves q, k, v, the
 output and the per-row logsumexp (T floats per head); backward recomputes each block's
 probabilities from those and accumulates dq, dk, dv block by block. For 4-D inputs the
-output is laid out heads-innermost, so merging the heads after it costs no copy.
+output is laid out heads-innermost, so merging the heads after it costs no copy. The
+GEMMs are NumPy's; the element-wise work on each tile of scores between them is
+backend.kernels.attention_block_forward, attention_block_probs and attention_block_dscores.
 """
 
 from __future__ import annotations
@@ -77,20 +79,10 @@ class ScaledDotProductAttention(Function):
                     break  # every later key block is in the future of this query block
                 j1 = min(j0 + bs, Tk)
                 s = xp.matmul(q_blk, xp.swapaxes(K[..., j0:j1, :], -1, -2))
-                s *= scale
                 keep, add = _block_mask(xp, is_causal, M, i0, i1, j0, j1)
-                if add is not None:
-                    s += add
-                if keep is not None:
-                    s = xp.where(keep, s, -xp.inf)
-                m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
-                m_safe = xp.where(xp.isfinite(m_new), m_new, 0)  # rows with no key yet
-                p = xp.exp(s - m_safe)
-                correction = xp.exp(m - m_safe)
-                l = l * correction + p.sum(axis=-1, keepdims=True)
-                acc *= correction
-                acc += xp.matmul(p, V[..., j0:j1, :])
-                m = m_new
+                # s becomes p; m, l and acc move on to this key block (in place)
+                backend.kernels.attention_block_forward(s, m, l, acc, keep, add, scale)
+                acc += xp.matmul(s, V[..., j0:j1, :])
             # a query that may see no key at all gets zeros, as torch (not 0 / 0)
             out[..., i0:i1, :] = acc / xp.where(l == 0, 1, l)
             lse[..., i0:i1, :] = xp.where(xp.isfinite(m), m, 0) + xp.log(l)
@@ -120,27 +112,25 @@ class ScaledDotProductAttention(Function):
         for i0 in range(0, Tq, bs):
             i1 = min(i0 + bs, Tq)
             q_blk, g_blk = Q[..., i0:i1, :], G[..., i0:i1, :]
-            lse_blk, d_blk = LSE[..., i0:i1, :], Drow[..., i0:i1, :]
+            # (..., bq, 1) each: copied whole, a few KiB, so the kernels read them contiguous
+            lse_blk = xp.ascontiguousarray(LSE[..., i0:i1, :])
+            d_blk = xp.ascontiguousarray(Drow[..., i0:i1, :])
             for j0 in range(0, Tk, bs):
                 if causal and j0 > i1 - 1:
                     break
                 j1 = min(j0 + bs, Tk)
                 k_blk, v_blk = K[..., j0:j1, :], V[..., j0:j1, :]
-                s = xp.matmul(q_blk, xp.swapaxes(k_blk, -1, -2))
-                s *= scale
+                p = xp.matmul(q_blk, xp.swapaxes(k_blk, -1, -2))
                 keep, add = _block_mask(xp, causal, M, i0, i1, j0, j1)
-                if add is not None:
-                    s += add
-                p = xp.exp(s - lse_blk)
-                if keep is not None:
-                    p = xp.where(keep, p, 0)
+                backend.kernels.attention_block_probs(p, lse_blk, keep, add, scale)
                 dV[..., j0:j1, :] += xp.matmul(xp.swapaxes(p, -1, -2), g_blk)
                 ds = xp.matmul(g_blk, xp.swapaxes(v_blk, -1, -2))
-                ds -= d_blk
-                ds *= p
+                # the mask's gradient is ds before the scale
+                backend.kernels.attention_block_dscores(ds, p, d_blk,
+                                                        1 if dM is not None else scale)
                 if dM is not None:
                     dM[..., i0:i1, j0:j1] = ds
-                ds *= scale
+                    ds *= scale
                 dQ[..., i0:i1, :] += xp.matmul(ds, k_blk)
                 dK[..., j0:j1, :] += xp.matmul(xp.swapaxes(ds, -1, -2), q_blk)
         nq, nk, nv = ctx.needs_input_grad[:3]

@@ -625,6 +625,12 @@ log_softmax_backward = _kernel("log_softmax_backward", 2)
 masked_softmax_forward = _kernel("masked_softmax_forward", 1)  # the mask: checked inside
 masked_softmax_backward = _kernel("masked_softmax_backward", 2)
 
+# ----------------------------------------------------------------------------- attention
+# (the blocked attention's tiles: keep and add, the mask, are checked inside)
+attention_block_forward = _kernel("attention_block_forward", 4)
+attention_block_probs = _kernel("attention_block_probs", 2)
+attention_block_dscores = _kernel("attention_block_dscores", 3)
+
 # ----------------------------------------------------------------------------- norms, loss
 layer_norm_forward = _kernel("layer_norm_forward", 3)
 layer_norm_backward = _kernel("layer_norm_backward", 4)

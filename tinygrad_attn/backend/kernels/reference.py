@@ -141,6 +141,63 @@ def masked_softmax_backward(y, g, scale, bool_mask):
     return gx
 
 
+# ----------------------------------------------------------------------------- attention
+# The blocked attention's element-wise steps between its GEMMs (ops/attention.py), on one
+# tile of scores at a time: s = q_blk k_blk^T of shape (..., bq, bk), written over in place.
+# keep (bool, True = may attend) and add (float, added to the scores) are the tile's mask,
+# broadcastable to s, or None.
+
+
+def attention_block_forward(s, m, l, acc, keep, add, scale) -> None:
+    """One key block of the online softmax, in place, with z = s * scale + add, -inf where
+    not keep; m and l the running row max and row sum of exps (..., bq, 1), acc the running
+    weighted sum of values (..., bq, D):
+
+        m' = max(m, rowmax(z)),  p = exp(z - m'),  c = exp(m - m'),
+        l' = l c + rowsum(p),    acc' = acc c;     s becomes p, m and l become m' and l'.
+
+    A row that has seen no key yet (m' = -inf) takes 0 for m' in the exps, so its p and c
+    are 0, not nan. The caller then adds p @ v_blk to acc."""
+    xp = _array_module(s)
+    s *= s.dtype.type(scale)
+    if add is not None:
+        s += add
+    if keep is not None:
+        xp.copyto(s, -np.inf, where=xp.logical_not(keep))
+    m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
+    m_safe = xp.where(xp.isfinite(m_new), m_new, 0)
+    s -= m_safe
+    xp.exp(s, out=s)
+    correction = xp.exp(m - m_safe)
+    l *= correction
+    l += s.sum(axis=-1, keepdims=True)
+    acc *= correction
+    m[...] = m_new
+
+
+def attention_block_probs(s, lse, keep, add, scale) -> None:
+    """The tile's probabilities rebuilt in backward from its scores and the forward's row
+    logsumexp lse (..., bq, 1), written over s: p = exp(s * scale + add - lse), 0 where
+    not keep."""
+    xp = _array_module(s)
+    s *= s.dtype.type(scale)
+    if add is not None:
+        s += add
+    s -= lse
+    xp.exp(s, out=s)
+    if keep is not None:
+        xp.copyto(s, 0, where=xp.logical_not(keep))
+
+
+def attention_block_dscores(dp, p, d, scale) -> None:
+    """The scores' gradient written over dp = do v_blk^T: ds = (dp - d) * p * scale, with d
+    = rowsum(do * out) (..., bq, 1) and p the tile's probabilities."""
+    dp -= d
+    dp *= p
+    if scale != 1:
+        dp *= dp.dtype.type(scale)
+
+
 _AS_P = 0.3275911
 _AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 _erf64 = np.frompyfunc(math.erf, 1, 1)

@@ -34,6 +34,11 @@ from .activations import (  # noqa: F401
     gelu_tanh_backward,
     gelu_tanh_forward,
 )
+from .attention import (  # noqa: F401
+    attention_block_dscores,
+    attention_block_forward,
+    attention_block_probs,
+)
 from .norms import (  # noqa: F401
     cross_entropy_backward,
     cross_entropy_forward,
