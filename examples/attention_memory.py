@@ -98,7 +98,8 @@ def floor_bytes(cfg: nn.GPTConfig, batch: int, attn: str | None = None,
                  argument) besides the top level; backward recomputes one block at a
                  time, so the saved peak is max(end of forward, the recompute of the last
                  block: idx, pos (and the embeddings' dropout mask), L block inputs and
-                 one block's insides).
+                 one block's insides, less the BTC of its ln_1's input, which is the
+                 block input itself).
     Returns those four (and 'saved_terms', the breakdown, and 'total').
     """
     attn = cfg.attn if attn is None else attn
@@ -138,11 +139,13 @@ def floor_bytes(cfg: nn.GPTConfig, batch: int, attn: str | None = None,
     else:
         end_of_forward = sum(top.values()) + L * BTC
         below = {k: v for k, v in top.items() if k.startswith("embedding")}  # still kept
-        recompute = sum(below.values()) + L * BTC + per_block
+        # the rerun block's ln_1 keeps its input x, which is the block input already kept
+        rerun = per_block - BTC
+        recompute = sum(below.values()) + L * BTC + rerun
         terms = {**top, f"block inputs (x{L} layers)": L * BTC}
         if recompute > end_of_forward:  # the saved peak is during the last block's rerun
             terms = {**below, f"block inputs (x{L} layers)": L * BTC,
-                     "one block recomputed in backward": per_block}
+                     "one block recomputed in backward (its ln_1 input counted above)": rerun}
     saved = sum(terms.values())
     return {"parameters": params, "gradients": params, "adamw_state": 2 * params,
             "saved_activations": saved, "saved_terms": terms,
