@@ -313,15 +313,18 @@ def test_saved_tensors_unchanged(mode):
     assert logits.shape == (6, 4) and lse.shape == (6, 1) and ts is target
 
 
-def test_half_precision_and_strided_inputs_take_the_reference(numba_mode):
-    before = kernels.calls["layer_norm_forward", "numpy"]
+def test_half_precision_takes_the_reference_and_strided_rows_are_copied_once(numba_mode):
+    before = kernels.calls.copy()
     x = ta.tensor(_rand((4, 8), np.float16))
     y = F.layer_norm(x, 8)
     assert y.dtype == ta.float16
+    assert (kernels.calls - before)["layer_norm_forward", "numpy"] == 1
     x32 = ta.tensor(_rand((8, 4), np.float32)).transpose(0, 1)  # rows not contiguous
+    before = kernels.calls.copy()
     np.testing.assert_allclose(F.layer_norm(x32, 8).numpy(),
                                F.layer_norm(x32.contiguous(), 8).numpy(), rtol=1e-6)
-    assert kernels.calls["layer_norm_forward", "numpy"] == before + 2
+    # the strided x is copied to contiguous rows (the copy the op keeps), so it runs compiled
+    assert (kernels.calls - before)["layer_norm_forward", "numba"] == 2
 
 
 def test_errors_are_unchanged_on_the_compiled_path(numba_mode):
@@ -348,3 +351,27 @@ def test_all_ignored_and_empty_batches(mode):
     assert F.cross_entropy(empty, ta.tensor(np.zeros(0, np.int64)), reduction="sum").item() == 0
     y = F.layer_norm(_t(np.zeros((0, 5), np.float32)), 5)
     assert y.shape == (0, 5)
+
+
+@pytest.mark.parametrize("view", ["columns", "transposed", "every_other_row"])
+def test_a_strided_input_is_kept_as_one_contiguous_copy(mode, view):
+    """layer_norm copies a strided x to rows once and keeps that copy, not x (backward reads
+    it without a second copy); the values and gradients are those of a contiguous x."""
+    base = ta.tensor(_rand((4, 6, 5), np.float64), requires_grad=True)
+    pick = {"columns": lambda a: a[:, :, :3], "transposed": lambda a: a.transpose(0, 1),
+            "every_other_row": lambda a: a[::2]}[view]
+    g = None
+    results = []
+    for contiguous in (False, True):
+        base.grad = None
+        x = pick(base)
+        x = x.contiguous() if contiguous else x
+        y = F.layer_norm(x, x.shape[-1])
+        kept = y.grad_fn.saved_tensors[0]
+        assert kept.is_contiguous() and tuple(kept.shape) == tuple(x.shape)
+        assert contiguous or not kept.shares_storage(base)
+        g = g if g is not None else ta.tensor(_rand(tuple(y.shape), np.float64, 7))
+        y.backward(g)
+        results.append((y.detach().numpy(), base.grad.numpy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])

@@ -23,11 +23,12 @@ class LayerNorm(Function):
 
     gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) with gh = g * weight;
     gw = sum(g * xhat), gb = sum(g) over the leading dims.
-    Saves the input x, rstd (one value per row) and the weight, as rms_norm does: x is
-    alive anyway (in a transformer it is the residual stream, the producer's output), so
-    only rstd is new; backward rebuilds xhat = (x - mean) * rstd, the row's mean
-    recomputed as the forward computed it, instead of keeping an x-sized xhat (which the
-    forward would also have to write: a third more memory traffic).
+    Saves the input x (a contiguous copy of it when x is strided), rstd (one value per
+    row) and the weight, as rms_norm does: x is alive anyway (in a transformer it is the
+    residual stream, the producer's output), so only rstd is new; backward rebuilds
+    xhat = (x - mean) * rstd, the row's mean recomputed as the forward computed it,
+    instead of keeping an x-sized xhat (which the forward would also have to write: a
+    third more memory traffic).
     Policy "recompute": a later node that needs y (the next Linear) keeps a recipe, and y
     is rebuilt in backward by the forward kernel from x, so y itself is not kept.
     The arithmetic is backend.kernels.layer_norm_forward / layer_norm_backward on the
@@ -64,10 +65,16 @@ class LayerNorm(Function):
         lead = tuple(x.shape[: x.ndim - n])
         ctx.rows = (math.prod(lead), math.prod(normalized_shape))  # the kernels' 2-D view
         ctx.eps = eps
-        y, rstd = backend.kernels.layer_norm_forward(
-            x._array().reshape(ctx.rows), _flat(weight), _flat(bias), eps)
+        # a strided x is copied to contiguous rows once, and that copy is kept, not x, so
+        # backward (and recompute) read rows without copying x again
+        if x.is_contiguous():
+            X, kept = x._array().reshape(ctx.rows), x
+        else:
+            X = backend.xp_for(x.device).ascontiguousarray(x._array()).reshape(ctx.rows)
+            kept = from_array(X.reshape(x.shape))
+        y, rstd = backend.kernels.layer_norm_forward(X, _flat(weight), _flat(bias), eps)
         ctx.axes = tuple(range(x.ndim - n, x.ndim))
-        ctx.save_for_backward(x, from_array(rstd.reshape(lead + (1,) * n)), weight, bias)
+        ctx.save_for_backward(kept, from_array(rstd.reshape(lead + (1,) * n)), weight, bias)
         return from_array(y.reshape(x.shape))
 
     @staticmethod
