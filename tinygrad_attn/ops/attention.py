@@ -83,9 +83,14 @@ class ScaledDotProductAttention(Function):
                 # s becomes p; m, l and acc move on to this key block (in place)
                 backend.kernels.attention_block_forward(s, m, l, acc, keep, add, scale)
                 acc += xp.matmul(s, V[..., j0:j1, :])
-            # a query that may see no key at all gets zeros, as torch (not 0 / 0)
-            out[..., i0:i1, :] = acc / xp.where(l == 0, 1, l)
-            lse[..., i0:i1, :] = xp.where(xp.isfinite(m), m, 0) + xp.log(l)
+            # a query that may see no key at all (l == 0) gets zeros, as torch (not 0 / 0),
+            # and an lse of +inf: backward's p = exp(z - lse) is then 0 over the row, even
+            # where z is -inf, so the row adds nothing to dq, dk, dv or the mask's gradient
+            # (torch's are 0 there too; exp(-inf - -inf) would be nan and poison them all)
+            unseen = l == 0
+            out[..., i0:i1, :] = acc / xp.where(unseen, 1, l)
+            lse[..., i0:i1, :] = xp.where(
+                unseen, xp.inf, xp.where(xp.isfinite(m), m, 0) + xp.log(xp.where(unseen, 1, l)))
         ctx.mask_given = mask is not None
         ctx.is_causal, ctx.scale, ctx.block_size = is_causal, scale, bs
         out_t = from_array(out)
