@@ -163,8 +163,9 @@ def index_geometry(shape: Shape, strides: Strides, offset: int, index: tuple):
                     f"(dim {dim} of shape {tuple(shape)})"
                 )
             length = max(0, (stop - start + step - 1) // step)
-            if length:
-                offset += start * strides[dim]
+            # start is clamped into [0, size]: an empty slice sits where torch puts it (at
+            # the clamped start), which may be past the storage's end; it touches nothing
+            offset += start * strides[dim]
             out_shape.append(length)
             out_strides.append(strides[dim] * step)
             dim += 1
@@ -187,3 +188,56 @@ def storage_extent(shape: Shape, strides: Strides, offset: int) -> int:
     if numel(shape) == 0:
         return 0
     return offset + sum((s - 1) * st for s, st in zip(shape, strides)) + 1
+
+
+# NumPy and CuPy address an array's bytes with signed 64-bit integers: `numel * itemsize`
+# (the product of the nonzero sizes, for an empty array) must fit, or no array of that shape
+# can be made (torch's own limit is the element count, 2**63 - 1).
+MAX_BYTES = 2**63 - 1
+
+
+def check_view(op: str, shape: Shape, strides: Strides, offset: int, storage_size: int,
+               itemsize: int) -> None:
+    """The bounds rule of every view: raise ShapeError (a RuntimeError, as torch's) unless
+    (shape, strides, offset) is a view an array can be made of over `storage_size` elements.
+
+    - the storage offset is >= 0 and every size >= 0;
+    - the sizes fit MAX_BYTES (an expanded or empty view too: NumPy must hold its shape);
+    - a view with elements reads only positions in [0, storage_size): the lowest is
+      `offset` plus (size - 1) * stride over the negative strides, the highest `offset`
+      plus that over the positive ones;
+    - a view with no elements touches nothing: any (non-negative) offset and any strides.
+
+    One pass over the dims, Python ints throughout (no overflow). Constructors whose result
+    provably stays inside their input (permute, slicing, a view of the same elements) need
+    not call it; the ones that take sizes, strides or offsets from the caller do.
+    """
+    if offset < 0:
+        raise ShapeError(f"{op}: invalid storage offset {offset} (size {tuple(shape)}, "
+                         f"stride {tuple(strides)}): it must be >= 0")
+    lowest = highest = offset
+    count = 1  # the product of the nonzero sizes
+    empty = False
+    for size, stride in zip(shape, strides):
+        if size <= 0:
+            if size < 0:
+                raise ShapeError(f"{op}: invalid size {size} in {tuple(shape)}: sizes must be "
+                                 ">= 0")
+            empty = True
+            continue
+        count *= size
+        if stride > 0:
+            highest += (size - 1) * stride
+        else:
+            lowest += (size - 1) * stride
+    if count * itemsize > MAX_BYTES:
+        raise ShapeError(f"{op}: size {tuple(shape)} is too large: {count} elements of "
+                         f"{itemsize} bytes pass the 2**63 - 1 bytes an array can address")
+    if empty:
+        return
+    if lowest < 0 or highest >= storage_size:
+        raise ShapeError(
+            f"{op}: size {tuple(shape)}, stride {tuple(strides)} and storage offset {offset} "
+            f"reach elements {lowest} to {highest}, out of bounds for a storage of "
+            f"{storage_size} elements"
+        )

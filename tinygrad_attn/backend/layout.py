@@ -61,12 +61,38 @@ def span_view(arr):
 
 
 def strided(flat, shape, strides, offset):
-    """The array with the given shape/strides/offset (in elements) over a flat buffer."""
+    """The array with the given shape/strides/offset (in elements) over a flat buffer.
+
+    The geometry was checked when the view was made (shape.check_view); two valid views
+    NumPy would still refuse are handled here, off the common path: an empty view, and a
+    size-1 dim whose stride is too large to count in bytes.
+    """
+    if 0 in shape:
+        # no elements, no memory touched: its offset may lie past the buffer's end (a split
+        # piece of an empty tensor) and its strides be anything, which NumPy would check
+        return _empty_over(flat, shape)
     itemsize = flat.itemsize
     byte_strides = tuple(s * itemsize for s in strides)
+    try:
+        return _view_over(flat, shape, byte_strides, offset * itemsize)
+    except (ValueError, OverflowError):
+        # a size-1 dim never moves, so its stride may be anything (x[::2**62] keeps torch's
+        # 2**62), even one whose bytes overflow what NumPy's strides hold: 0 reads the same
+        byte_strides = tuple(0 if n == 1 else b for n, b in zip(shape, byte_strides))
+        return _view_over(flat, shape, byte_strides, offset * itemsize)
+
+
+def _view_over(flat, shape, byte_strides, byte_offset):
     if isinstance(flat, np.ndarray):
-        return np.ndarray(shape, flat.dtype, flat, offset * itemsize, byte_strides)
-    return devices.cp.ndarray(shape, flat.dtype, flat.data + offset * itemsize, byte_strides)
+        return np.ndarray(shape, flat.dtype, flat, byte_offset, byte_strides)
+    return devices.cp.ndarray(shape, flat.dtype, flat.data + byte_offset, byte_strides)
+
+
+def _empty_over(flat, shape):
+    """A zero-size array of `shape` over the start of `flat` (it reads nothing)."""
+    if isinstance(flat, np.ndarray):
+        return np.ndarray(shape, flat.dtype, flat, 0)
+    return devices.cp.ndarray(shape, flat.dtype, flat.data)
 
 
 def ascontiguous(arr):

@@ -22,6 +22,14 @@ def _view(x: Tensor, shape, strides, offset=None) -> Tensor:
     return _make(x._storage, shape, strides, x._offset if offset is None else offset, base=x)
 
 
+def _checked_view(op: str, x: Tensor, shape, strides, offset=None) -> Tensor:
+    """_view for a geometry that does not provably stay inside x: the one bounds rule
+    (shape.check_view) first."""
+    offset = x._offset if offset is None else offset
+    shp.check_view(op, shape, strides, offset, x._storage.size, x.dtype.itemsize)
+    return _view(x, shape, strides, offset)
+
+
 class View(Function):
     """y = x viewed with a new shape (strides must allow it);  gx = g.reshape(x.shape).
 
@@ -41,6 +49,8 @@ class View(Function):
                 "when it must) or call .contiguous() first."
             )
         ctx.in_shape = x.shape
+        if x.numel() == 0:  # the same elements, but an empty view's sizes are free to be huge
+            return _checked_view("view", x, new_shape, strides)
         return _view(x, new_shape, strides)
 
     @staticmethod
@@ -159,9 +169,12 @@ class Expand(Function):
         lead = len(shape) - x.ndim
         new_shape, new_strides = [], []
         for i, size in enumerate(shape):
+            if size < -1 or (size == -1 and i < lead):
+                what = "-1 is not allowed in a new leading dim" if size == -1 else (
+                    "sizes must be >= 0, or -1 to keep a dim")
+                raise ShapeError(f"expand: invalid size {size} at dim {i}: {what} (shape "
+                                 f"{tuple(x.shape)} to {shape})")
             if i < lead:
-                if size < 0:
-                    raise ShapeError(f"expand: -1 not allowed in new leading dim {i} ({shape})")
                 new_shape.append(size)
                 new_strides.append(0)
                 continue
@@ -178,7 +191,8 @@ class Expand(Function):
                     f"dim {i} (shape {tuple(x.shape)} to {shape}); only size-1 dims expand"
                 )
         ctx.in_shape = x.shape
-        return _view(x, tuple(new_shape), tuple(new_strides))
+        # the elements x reads, read again (stride 0): only the size can go wrong
+        return _checked_view("expand", x, tuple(new_shape), tuple(new_strides))
 
     @staticmethod
     def backward(ctx, g):
@@ -437,17 +451,13 @@ class AsStrided(Function):
         size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
         if len(size) != len(stride):
             raise ShapeError(f"as_strided: size {size} and stride {stride} differ in length")
-        if any(s < 0 for s in stride) or any(s < 0 for s in size):
-            raise ShapeError(f"as_strided: negative size or stride ({size}, {stride})")
+        if any(s < 0 for s in stride):  # as torch: the backward's positions assume it
+            raise ShapeError(f"as_strided: negative strides are not supported, got stride "
+                             f"{stride} (size {size})")
         offset = x._offset if storage_offset is None else int(storage_offset)
-        if shp.storage_extent(size, stride, offset) > x._storage.size:
-            raise ShapeError(
-                f"as_strided: size {size}, stride {stride}, offset {offset} reaches past the "
-                f"storage of {x._storage.size} elements"
-            )
         ctx.geometry = (size, stride, offset)
         ctx.in_geometry = (x.shape, x._strides, x._offset)
-        return _view(x, size, stride, offset)
+        return _checked_view("as_strided", x, size, stride, offset)
 
     @staticmethod
     def backward(ctx, g):
@@ -470,7 +480,8 @@ def _positions(xp, shape, strides, offset):
     for d, (n, s) in enumerate(zip(shape, strides)):
         idx_shape = [1] * len(shape)
         idx_shape[d] = n
-        pos = pos + (xp.arange(n, dtype=xp.int64) * s).reshape(idx_shape)
+        step = s if n > 1 else 0  # a size-1 dim's stride is never used, and may pass int64
+        pos = pos + (xp.arange(n, dtype=xp.int64) * step).reshape(idx_shape)
     return pos
 
 
