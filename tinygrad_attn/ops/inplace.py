@@ -6,9 +6,17 @@ edge is the tensor's previous history), as in PyTorch. Two cases are refused wit
 error, before anything is written: an in-place op on a leaf that requires grad (it would
 destroy the value the gradient is for), and, while recording, an in-place op on a view of
 another tensor (its base's history cannot be rewritten here).
+
+Memory overlap is refused as torch refuses it, also before anything is written: a target
+with internal overlap (a dim of size > 1 with stride 0, as `expand` makes) would receive
+several results in one element, and an operand that partly overlaps the target would be
+read after some of it was overwritten. `fill_`/`zero_` (every element gets the same value)
+and masked_fill_ on an expanded target (torch: only a deprecation warning) stay allowed.
 """
 
 from __future__ import annotations
+
+import warnings
 
 from .. import backend
 from .. import shape as shp
@@ -17,6 +25,78 @@ from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, sum_to, unbroadcast
 from .indexing import resolve_index
 from .registry import op
+
+# ----------------------------------------------------------------------------- overlap
+_INTERNAL = ("unsupported operation: more than one element of the written-to tensor refers to "
+             "a single memory location. Please clone() the tensor before performing the "
+             "operation.")
+_PARTIAL = ("unsupported operation: some elements of the input tensor and the written-to "
+            "tensor refer to a single memory location. Please clone() the tensor before "
+            "performing the operation.")
+
+
+def has_internal_overlap(shape, strides) -> bool:
+    """Whether a view writes several of its elements into one memory location, in the cases
+    torch answers "yes": a dim of size > 1 with stride 0 (expand, broadcast_to). Any other
+    self-overlapping layout (an as_strided window) is "too hard" for torch, which writes it
+    without complaint; so does this."""
+    if 0 not in strides:  # the hot path: every contiguous or permuted tensor stops here
+        return False
+    if 0 in shape:
+        return False
+    return any(st == 0 and n > 1 for n, st in zip(shape, strides))
+
+
+def is_non_overlapping_and_dense(shape, strides) -> bool:
+    """Whether the view covers a block of numel consecutive elements exactly once, in some
+    order of its dims (torch's test; dims of size 1 do not count, an empty view is dense)."""
+    if 0 in shape:
+        return True
+    expected = 1
+    for st, n in sorted((st, n) for n, st in zip(shape, strides) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def overlap_status(a: tuple, b: tuple) -> str:
+    """torch's get_overlap_status of two (shape, strides, offset) views of one Storage: "full"
+    (the same elements in the same order), "partial", or "no" (also when the layouts are
+    not dense: "too hard" for torch, which then lets the op run)."""
+    if a == b:
+        return "full"
+    (shape_a, st_a, oa), (shape_b, st_b, ob) = a, b
+    na, nb = shp.numel(shape_a), shp.numel(shape_b)
+    if na == 0 or nb == 0:
+        return "no"
+    if not (is_non_overlapping_and_dense(shape_a, st_a)
+            and is_non_overlapping_and_dense(shape_b, st_b)):
+        return "no"
+    if oa == ob and na == nb:
+        return "full" if st_a == st_b else "partial"
+    return "partial" if oa < ob + nb and ob < oa + na else "no"
+
+
+def _geometry(t: Tensor) -> tuple:
+    return t._shape, t._strides, t._offset
+
+
+def check_internal_overlap(op: str, shape, strides) -> None:
+    if has_internal_overlap(shape, strides):
+        raise RuntimeError(f"{op}: {_INTERNAL} (written-to shape {tuple(shape)}, strides "
+                           f"{tuple(strides)})")
+
+
+def check_partial_overlap(op: str, target: tuple, storage, *operands, full: bool = False):
+    """Refuse an operand that views part of the memory being written (torch's
+    assert_no_partial_overlap; with `full`, assert_no_overlap: the same memory too)."""
+    for o in operands:
+        if type(o) is Tensor and o._storage is storage:
+            status = overlap_status(target, _geometry(o))
+            if status == "partial" or (full and status == "full"):
+                raise RuntimeError(f"{op}: {_PARTIAL} (written-to shape {tuple(target[0])}, "
+                                   f"input shape {tuple(o.shape)})")
 
 
 def _check_broadcast_into(op: str, target: Tensor, other) -> None:
@@ -275,6 +355,14 @@ def inplace(x: Tensor, kind: str, *args):
     op = f"{kind}_"
     _guard(op, x, *args)
     check_same_device(op, x, *args)
+    if kind == "masked_fill":
+        if has_internal_overlap(x._shape, x._strides):
+            warnings.warn("masked_fill_: use of masked_fill_ on expanded tensors is deprecated; "
+                          "clone() the tensor first", UserWarning, stacklevel=3)
+        check_partial_overlap(op, _geometry(x), x._storage, args[0])
+    elif kind != "fill":  # fill_ and zero_ give every element one value: allowed as torch
+        check_internal_overlap(op, x._shape, x._strides)
+        check_partial_overlap(op, _geometry(x), x._storage, *args)
     if kind in ("add", "mul", "div", "copy"):
         _check_broadcast_into(op, x, args[0])
     if kind in ("add", "mul", "div"):
@@ -296,7 +384,25 @@ def setitem(x: Tensor, index, value) -> None:
     resolved = resolve_index(x, index, "setitem")
     if type(value) is not Tensor and not isinstance(value, (int, float, bool)):
         value = Tensor(value, dtype=x.dtype, device=x.device)
+    shares = type(value) is Tensor and value._storage is x._storage
+    if shares or 0 in x._strides:  # only then can the write overlap itself
+        _check_setitem_overlap(x, resolved, value)
     SetItem.apply(x, value, index=resolved)
+
+
+def _check_setitem_overlap(x: Tensor, resolved, value) -> None:
+    """torch's checks for x[index] = value: a basic index copies into the view x[index]
+    (copy_'s checks); an advanced one is index_put_ on the basic part's view, which only
+    warns about an expanded target and refuses a value over any of its memory."""
+    view = shp.index_geometry(x._shape, x._strides, x._offset, resolved.basic)
+    if resolved.arrays is None:
+        check_internal_overlap("setitem", view[0], view[1])
+        check_partial_overlap("setitem", view, x._storage, value)
+        return
+    if has_internal_overlap(view[0], view[1]):
+        warnings.warn("setitem: use of index_put_ on expanded tensors is deprecated; clone() "
+                      "the tensor first", UserWarning, stacklevel=4)
+    check_partial_overlap("setitem", view, x._storage, value, full=True)
 
 
 _ADAMW_NAMES = ("param", "grad", "exp_avg", "exp_avg_sq")
