@@ -2,8 +2,11 @@
 masked_select/masked_scatter, and the integer-valued nonzero and one_hot.
 
 Every output is a new tensor (the input is copied, then written); the in-place forms are
-not here. Positions are checked against the target's size first: an index out of range
-raises RuntimeError (IndexError for index_fill), as torch's.
+not here. Positions are checked against the target's size first, as torch checks them:
+scatter, scatter_add and scatter_reduce take 0 <= i < n (RuntimeError otherwise),
+index_add and index_copy too (index_copy: IndexError; index_add: RuntimeError, IndexError
+on a 1-D input), index_fill also takes -n <= i < 0 (counted from
+the end, as setitem does).
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ from .indexing import _full_index
 from .registry import op
 
 
-def _bounds(op: str, I, n: int, d: int, error=RuntimeError):
-    if I.size and (int(I.min()) < -n or int(I.max()) >= n):
+def _bounds(op: str, I, n: int, d: int, error=RuntimeError, negative: bool = False):
+    """Every position in [0, n), or with `negative` in [-n, n): a -1 would otherwise write
+    the last element where torch refuses it."""
+    low = -n if negative else 0
+    if I.size and (int(I.min()) < low or int(I.max()) >= n):
         bad = int(I.max()) if int(I.max()) >= n else int(I.min())
         raise error(f"{op}: index {bad} is out of bounds for dimension {d} with size {n}")
 
 
 def _grid(xp, x_shape, index_arr, d: int):
-    """The full index tuple that `index` (along d) addresses in a tensor of x_shape."""
-    I = xp.where(index_arr < 0, index_arr + x_shape[d], index_arr)
-    return _full_index(xp, I, d)
+    """The full index tuple that `index` (along d) addresses in a tensor of x_shape (its
+    positions are checked to lie in [0, n) already)."""
+    return _full_index(xp, index_arr, d)
 
 
 def _linear(xp, shape, grid, index_shape):
@@ -252,7 +258,9 @@ class IndexWrite(Function):
         xp = backend.xp_for(x.device)
         X = as_1d(x._array())
         I = index._array().reshape(-1)
-        _bounds(op_name, I, X.shape[d], d, IndexError if how == "fill" else RuntimeError)
+        # torch's error types: index_add's is RuntimeError but for a 1-D input (IndexError)
+        error = RuntimeError if how == "add" and x.ndim > 1 else IndexError
+        _bounds(op_name, I, X.shape[d], d, error, negative=how == "fill")
         I = xp.where(I < 0, I + X.shape[d], I)
         rows = (slice(None),) * d + (I,)
         out = X.copy()
