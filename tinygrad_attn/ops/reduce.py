@@ -8,12 +8,13 @@ from ..autograd import Function
 from ..errors import ShapeError
 from ..memory import state as ledger_state
 from ._util import Tensor, check_same_device, from_array, unbroadcast
-from .elementwise import Sqrt, sqrt
 from .registry import op
 
 
-def _axes(x: Tensor, dim, op: str):
-    if dim is None:
+def _axes(x: Tensor, dim, op: str, empty_is_all: bool = True):
+    """dim as a tuple of axes. None, and an empty tuple or list, mean every dim (torch's
+    reductions read `dim=()` as "all", not as "none"; any/all pass empty_is_all=False)."""
+    if dim is None or (empty_is_all and isinstance(dim, (tuple, list)) and len(dim) == 0):
         return tuple(range(x.ndim))
     if isinstance(dim, (tuple, list)):
         axes = shp.normalize_dims(dim, x.ndim, op)
@@ -80,32 +81,89 @@ class Mean(Function):
         return _expand_back(scaled, ctx.shape, ctx.axes, ctx.keepdim)
 
 
-class Var(Function):
-    """y = sum((x - mean)^2) / (n - correction);  gx = g * 2 (x - mean) / (n - correction).
+def _wide(X):
+    """X for a reduction's arithmetic: float16 widened to float32, as torch's CPU kernels
+    accumulate half (a float16 sum of squares overflows at 65504 and loses small terms);
+    every other dtype as it is (no copy)."""
+    return X.astype("float32") if X.dtype == "float16" else X
 
-    Saves the input (backward recomputes the mean: one reduction, no extra saved tensor).
+
+class Var(Function):
+    """y = sum((x - mean)^2) / max(0, n - correction);  gx = g * 2 (x - mean) / (n - correction),
+    with torch's edge rules (_var_grad). Saves the input (backward recomputes the mean:
+    one reduction, no extra saved tensor). float16 is computed in float32.
     """
 
     @staticmethod
     def forward(ctx, x, dim=None, keepdim=False, correction=1):
         _require_float("var", x, "std and var expect")
-        axes = _axes(x, dim, "var")
-        ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
-        n = shp.numel(tuple(x.shape[a] for a in axes))
-        # torch's 2 / (n - correction): over one element (x - mean = 0) the gradient is nan
-        ctx.scale = 2.0 / (n - correction) if n != correction else float("inf")
+        V = _var_forward(ctx, x, dim, keepdim, correction, "var")
         ctx.save_for_backward(x)
-        xp = backend.xp_for(x.device)
-        return from_array(xp.var(x._array(), axis=axes, keepdims=keepdim, ddof=correction))
+        return from_array(V.astype(x.dtype.np, copy=False))
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
+        return from_array(_var_grad(ctx, x, _keep(ctx, g._array())))
+
+
+class Std(Function):
+    """y = sqrt(var(x));  gx = var's gradient of g / (2 y), taken as 0 where y = 0 (a
+    constant input: torch's 0, not 0 * inf = nan). Saves the input and the output, as
+    sqrt(var(x)) would. float16 is computed in float32 (its variance overflows at 65504).
+    """
+
+    @staticmethod
+    def forward(ctx, x, dim=None, keepdim=False, correction=1):
+        _require_float("std", x, "std and var expect")
+        V = _var_forward(ctx, x, dim, keepdim, correction, "std")
+        y = from_array(backend.xp_for(x.device).sqrt(V).astype(x.dtype.np, copy=False))
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
         xp = backend.xp_for(x.device)
-        X = x._array()
-        centered = X - xp.mean(X, axis=ctx.axes, keepdims=True)
-        G = g._array() if ctx.keepdim else g._array().reshape(_keep_shape(ctx.shape, ctx.axes))
-        return from_array(G * centered * ctx.scale)
+        Y, G = _keep(ctx, _wide(y._array())), _keep(ctx, _wide(g._array()))
+        with backend.errstate(all="ignore"):
+            g_var = xp.where(Y == 0, 0, G / (2 * Y))
+        return from_array(_var_grad(ctx, x, g_var))
+
+
+def _var_forward(ctx, x, dim, keepdim, correction, op):
+    """var's array, in float32 for float16 input; sets what _var_grad reads on ctx."""
+    axes = _axes(x, dim, op)
+    ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
+    ctx.dof = shp.numel(tuple(x.shape[a] for a in axes)) - correction
+    # torch's backward has two forms: with no dim (or a 0-d input) a dof <= 0 gives inf,
+    # nan where x == mean; with a dim it is 2 / dof as it falls (inf at 0, < 0 beyond)
+    ctx.whole = dim is None or x.ndim == 0
+    xp = backend.xp_for(x.device)
+    with backend.errstate(all="ignore"):
+        return xp.asarray(xp.var(_wide(x._array()), axis=axes, keepdims=keepdim,
+                                 ddof=correction))
+
+
+def _keep(ctx, G):
+    """G with the reduced dims present as size 1 (a view)."""
+    return G if ctx.keepdim else G.reshape(_keep_shape(ctx.shape, ctx.axes))
+
+
+def _var_grad(ctx, x, G):
+    """torch's var_backward: 2 / dof * G * (x - mean); with no dim and dof <= 0, G * inf
+    (nan where x == mean). Returned in x's dtype."""
+    xp = backend.xp_for(x.device)
+    X = x._array()
+    W = _wide(X)
+    mean = xp.mean(W, axis=ctx.axes, keepdims=True) if W.size else xp.zeros_like(W)
+    with backend.errstate(all="ignore"):
+        if ctx.whole and ctx.dof <= 0:
+            out = G * xp.where(W == mean, xp.nan, xp.inf).astype(W.dtype, copy=False)
+        else:
+            scale = 2.0 / ctx.dof if ctx.dof != 0 else float("inf")
+            out = G * ((W - mean) * W.dtype.type(scale))
+    return out.astype(X.dtype, copy=False)
 
 
 class MaxDim(Function):
@@ -183,6 +241,11 @@ class LogSumExp(Function):
 
     @staticmethod
     def forward(ctx, x, dim, keepdim=False):
+        if (not keepdim and x.ndim and isinstance(dim, (tuple, list)) and len(dim) == 0):
+            # torch reduces every dim here but then fails to write its 0-d result into the
+            # kept-dims output (RuntimeError); keepdim=True and a 0-d input work there
+            raise RuntimeError(f"logsumexp: dim={dim!r} with keepdim=False is refused for an "
+                               f"input of shape {tuple(x.shape)}, as torch's; pass the dims")
         axes = _axes(x, dim, "logsumexp")
         xp = backend.xp_for(x.device)
         X = x._array().astype(backend.floating(x.dtype).np, copy=False)
@@ -455,9 +518,9 @@ def var(x, dim=None, keepdim=False, correction=1):
     return Var.apply(x, dim=dim, keepdim=keepdim, correction=correction)
 
 
-@op(Var, Sqrt, method=True)
+@op(Std, method=True)
 def std(x, dim=None, keepdim=False, correction=1):
-    return sqrt(var(x, dim, keepdim, correction))
+    return Std.apply(x, dim=dim, keepdim=keepdim, correction=correction)
 
 
 @op(MaxAll, MaxDim, method=True)

@@ -1,7 +1,8 @@
 """More reductions: prod, amax/amin, any/all, count_nonzero, var_mean/std_mean, norms.
 
-Each takes `dim` as torch does: None (or an empty tuple, for amax/amin) for every dim, an
-int, or a tuple of ints; `keepdim` keeps the reduced dims as size 1.
+Each takes `dim` as torch does: None or an empty tuple/list for every dim (any/all: an
+empty one reduces nothing), an int, or a tuple of ints; `keepdim` keeps the reduced dims
+as size 1.
 """
 
 from __future__ import annotations
@@ -13,19 +14,19 @@ from .. import backend
 from .. import shape as shp
 from ..autograd import Function
 from ._util import Tensor, from_array
-from .elementwise import Sqrt, sqrt
-from .reduce import Mean, Var, _axes, _keep_shape, mean, var
+from .reduce import Mean, Std, Var, _axes, _keep_shape, mean, std, var
 from .registry import op
 
 
-def _reduce_axes(x: Tensor, dim, op: str, empty_is_all: bool = False):
+def _reduce_axes(x: Tensor, dim, op: str, empty_is_all: bool = True):
+    """The reduced axes; an empty dim means every dim (any/all: none, as torch's)."""
     if empty_is_all and isinstance(dim, (tuple, list)) and len(dim) == 0:
         dim = None
     if x.ndim == 0 and dim is not None:  # a scalar reduces over "dim 0", as in torch
         for d in (dim if isinstance(dim, (tuple, list)) else (dim,)):
             shp.normalize_dim(d, 0, op)
         return ()
-    return _axes(x, dim, op)
+    return _axes(x, dim, op, empty_is_all)
 
 
 def _grad_keep(g: Tensor, shape, axes, keepdim):
@@ -43,6 +44,9 @@ class Prod(Function):
 
     @staticmethod
     def forward(ctx, x, dim=None, keepdim=False, dtype=None):
+        if isinstance(dim, (tuple, list)) and len(dim) == 0:
+            raise TypeError(f"prod: dim must be an int or None (torch's prod takes no dim "
+                            f"list), got {dim!r} for an input of shape {tuple(x.shape)}")
         axes = _reduce_axes(x, dim, "prod")
         out_dtype = backend.accumulating(x.dtype) if dtype is None else backend.to_dtype(dtype)
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
@@ -79,7 +83,7 @@ class AMaxMin(Function):
 
     @staticmethod
     def forward(ctx, x, dim, keepdim, pick):
-        axes = _reduce_axes(x, dim, pick, empty_is_all=True)
+        axes = _reduce_axes(x, dim, pick)
         if x.numel() == 0:
             if len(axes) == x.ndim:
                 raise RuntimeError(f"{pick}(): expected a reduction dim for an empty tensor "
@@ -185,7 +189,7 @@ def amin(x, dim=(), keepdim=False):
 
 def _any_all(x: Tensor, dim, keepdim, how: str) -> Tensor:
     """A bool tensor (uint8 for a uint8 input, as torch's); never differentiable."""
-    axes = _reduce_axes(x, dim, how)
+    axes = _reduce_axes(x, dim, how, empty_is_all=False)  # torch: dim=() reduces nothing
     xp = backend.xp_for(x.device)
     out = getattr(xp, how)(x._array(), axis=axes, keepdims=keepdim)
     out = xp.asarray(out)
@@ -217,10 +221,10 @@ def var_mean(x, dim=None, *, correction=1, keepdim=False):
     return var(x, dim, keepdim, correction), mean(x, dim, keepdim)
 
 
-@op(Var, Sqrt, Mean, ta=True)
+@op(Std, Mean, ta=True)
 def std_mean(x, dim=None, *, correction=1, keepdim=False):
-    """(std, mean): sqrt(var) and mean; saves the input (Var) and std (Sqrt), as std does."""
-    return sqrt(var(x, dim, keepdim, correction)), mean(x, dim, keepdim)
+    """(std, mean): two existing ops; saves the input and std, as std does."""
+    return std(x, dim, keepdim, correction), mean(x, dim, keepdim)
 
 
 @op(VectorNorm)
