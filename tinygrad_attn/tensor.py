@@ -20,7 +20,7 @@ class Tensor:
     # Defaults shared by every tensor; _init sets only what differs (a hot path: every op
     # result and every view is a new Tensor).
     requires_grad = False
-    grad = None
+    _grad = None
     grad_fn = None
     _output_nr = 0
     _base = None
@@ -100,6 +100,23 @@ class Tensor:
 
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating_point
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The accumulated gradient (None until a backward reaches this tensor)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        # checked at the assignment, as torch: a wrong .grad would otherwise surface later
+        # as a broadcast error in backward's accumulation or be broadcast by an optimizer
+        if value is not None:
+            _check_grad(self, value)
+        self._grad = value
+
+    @grad.deleter
+    def grad(self) -> None:
+        self._grad = None
 
     @property
     def is_leaf(self) -> bool:
@@ -355,6 +372,27 @@ class Tensor:
     def masked_fill_(self, mask, value): return _ops.inplace(self, "masked_fill", mask, value)
     def clamp_(self, min=None, max=None):  # noqa: A002
         return _ops.inplace(self, "clamp", min, max)
+
+
+def _check_grad(t: Tensor, g) -> None:
+    """torch's checks on `t.grad = g`: a Tensor of t's shape, dtype and device, not t."""
+    if type(g) is not Tensor:
+        raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
+                        f"{type(g).__name__}")
+    if g is t:
+        raise RuntimeError("can't assign a tensor as its own grad")
+    if g.dtype is not t.dtype:
+        raise RuntimeError(f"attempting to assign a gradient with dtype {g.dtype.name} to a "
+                           f"tensor with dtype {t.dtype.name} (shape {tuple(t.shape)}); the "
+                           "gradient must have the tensor's dtype")
+    if g._shape != t._shape:
+        raise RuntimeError(f"attempting to assign a gradient of size {list(g.shape)} to a "
+                           f"tensor of size {list(t.shape)}. Please ensure that the gradient "
+                           "and the tensor are the same size")
+    if g.device != t.device:
+        raise RuntimeError(f"attempting to assign a gradient on {g.device} to a tensor on "
+                           f"{t.device} (shape {tuple(t.shape)}); the gradient must be on the "
+                           "tensor's device")
 
 
 def _shape_arg(args) -> tuple:
