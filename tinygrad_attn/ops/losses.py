@@ -391,8 +391,7 @@ class NllLoss(Function):
             X, Tg = X[None], Tg[None]
         valid = Tg != ignore_index
         safe = xp.where(valid, Tg, 0)
-        if safe.size and (int(safe.min()) < 0 or int(safe.max()) >= C):
-            raise IndexError(f"nll_loss: target out of bounds for {C} classes")
+        check_class_targets("nll_loss", xp, safe, C)
         picked = xp.take_along_axis(X, safe[:, None], axis=1)[:, 0]
         w = valid.astype(X.dtype) if weight is None else (
             weight._array()[safe] * valid).astype(X.dtype, copy=False)
@@ -425,6 +424,19 @@ class NllLoss(Function):
         grad = (classes == safe[:, None]) * scale[:, None]
         grad = grad.astype(G.dtype, copy=False)
         return from_array(grad[0] if ctx.unbatched else grad), None, None
+
+
+def check_class_targets(name: str, xp, safe, C: int) -> None:
+    """IndexError naming the first class index outside [0, C), as torch's "Target 5000 is
+    out of bounds."; `safe` holds the targets with ignore_index rows already set to 0."""
+    if not safe.size:
+        return
+    bad = (safe < 0) | (safe >= C)
+    if bool(bad.any()):
+        value = int(safe.reshape(-1)[int(xp.argmax(bad.reshape(-1)))])
+        raise IndexError(f"{name}: Target {value} is out of bounds for {C} classes (target "
+                         f"of shape {tuple(safe.shape)}; valid: 0 to {C - 1} or the "
+                         f"ignore_index)")
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -494,9 +506,13 @@ def cross_entropy_composed(x, target, weight=None, ignore_index=-100, reduction=
         w_view = weight.view((C,) + (1,) * (x.ndim - class_dim - 1))
     if target.dtype.is_floating_point:  # class probabilities
         if target.shape != x.shape:
-            raise TypeError(f"{name}: target must be integer (class indices) or have the "
-                            f"input's shape {tuple(x.shape)} (probabilities), got "
-                            f"{target.dtype.name} of shape {tuple(target.shape)}")
+            # torch reads a target of another shape as class indices: a batch size that
+            # differs is its ValueError, anything else its RuntimeError on the target
+            batch = x.ndim > 1 and target.ndim >= 1 and target.shape[0] != x.shape[0]
+            raise (ValueError if batch else RuntimeError)(
+                f"{name}: a float (probability) target must have the input's shape "
+                f"{tuple(x.shape)}, got {target.dtype.name} of shape {tuple(target.shape)}; "
+                f"class indices must be an integer tensor")
         if label_smoothing > 0:
             target = target * (1 - label_smoothing) + label_smoothing / C
         prod = logp * (target if w_view is None else target * w_view)

@@ -10,11 +10,11 @@ import math
 
 from .. import backend
 from ..autograd import Function
-from ..creation import default_generator
+from ..creation import default_generator, zeros_like
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array
 from .indexing import IndexSelect, check_index_tensor
-from .losses import COMPOSED_CLASSES, cross_entropy_composed
+from .losses import COMPOSED_CLASSES, check_class_targets, cross_entropy_composed
 from .registry import op
 
 
@@ -139,8 +139,7 @@ class CrossEntropy(Function):
         valid = T != ignore_index
         safe_t = xp.where(valid, T, 0)
         C = logits.shape[1]
-        if T.size and (int(safe_t.min()) < 0 or int(safe_t.max()) >= C):
-            raise IndexError(f"cross_entropy: target out of range for {C} classes")
+        check_class_targets("cross_entropy", xp, safe_t, C)
         losses, lse = backend.kernels.cross_entropy_forward(X, T, ignore_index)
         count = int(valid.sum())
         ctx.reduction, ctx.count = reduction, max(count, 1)
@@ -205,8 +204,13 @@ def dropout(x, p=0.5, training=True, generator=None):
         raise ValueError(f"dropout: probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
-    if p == 1.0:
-        return x * 0.0
+    floating = x.dtype.is_floating_point
+    if p == 1.0:  # every entry dropped: zeros of x's dtype (torch's, for integers too)
+        return x * 0.0 if floating else zeros_like(x)
+    if not floating:  # x * mask / (1 - p) is float: torch will not cast it back, nor do we
+        raise RuntimeError(f"dropout: result type Float can't be cast to the input's dtype "
+                           f"{x.dtype.name} (shape {tuple(x.shape)}); dropout with 0 < p < 1 "
+                           f"needs a floating point tensor, e.g. x.float()")
     return Dropout.apply(x, p, generator=generator)
 
 
