@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from rows_vs_torch import Case, check_case
 
-import tinygrad_attn as ta
 import nn
+import tinygrad_attn as ta
 
 X = np.random.default_rng(0).standard_normal((4, 10))
 
