@@ -31,11 +31,17 @@ class Storage:
                  shape=None) -> None:
         ledger = ledger_state
         nbytes = buffer.nbytes
-        live = ledger.live_bytes.get(device, 0) + nbytes
-        cap = ledger.limit.get(device) if ledger.limit else None
-        if cap is not None and live > cap:
+        with ledger.lock:  # exact under threads; nothing in here allocates (see state.lock)
+            live = ledger.live_bytes.get(device, 0) + nbytes
+            cap = ledger.limit.get(device) if ledger.limit else None
+            over = cap is not None and live > cap
+            if not over:
+                ledger.live_bytes[device] = live
+                if live > ledger.peak_bytes.get(device, 0):
+                    ledger.peak_bytes[device] = live
+        if over:
             raise _out_of_memory(nbytes, device, dtype, shape, live - nbytes, cap)
-        current = ledger.current
+        current = ledger.local.labels  # this thread's (see memory/state.py)
         self.buffer = buffer  # 1-D array (numpy or cupy) of the whole allocation
         self.device = device
         self.dtype = dtype
@@ -50,17 +56,20 @@ class Storage:
         self.category = current["category"]  # parameter, gradient, optimizer_state, ... or None
         self.copy_reason = copy_reason  # set when the bytes come from pure data movement
         self.call = current["call"]  # which op invocation allocated it (id of its node)
-        ledger.live_bytes[device] = live
-        if live > ledger.peak_bytes.get(device, 0):
-            ledger.peak_bytes[device] = live
-        for obs in ledger.observers:
-            obs.on_alloc(self)
+        if ledger.observers:
+            with ledger.observer_lock:  # one event at a time, whichever thread allocates
+                for obs in tuple(ledger.observers):
+                    obs.on_alloc(self)
 
     def __del__(self) -> None:
         try:
-            ledger_state.live_bytes[self.device] -= self.nbytes
-            for obs in ledger_state.observers:
-                obs.on_free(self)
+            ledger = ledger_state
+            with ledger.lock:
+                ledger.live_bytes[self.device] -= self.nbytes
+            if ledger.observers:
+                with ledger.observer_lock:
+                    for obs in tuple(ledger.observers):
+                        obs.on_free(self)
         except Exception:  # noqa: BLE001 - interpreter shutdown: module globals may be gone
             pass
 
@@ -80,7 +89,7 @@ class Storage:
 def _out_of_memory(nbytes, device, dtype, shape, live, cap):
     from .errors import OutOfMemoryError
 
-    current, report = ledger_state.current, ledger_state.oom_report[0]
+    current, report = ledger_state.local.labels, ledger_state.oom_report[0]
     what = f"{nbytes} bytes ({dtype.name}{list(shape) if shape is not None else ''})"
     msg = (
         f"out of memory on {device} (emulated limit {cap} bytes): {current['op'] or 'an op'} "

@@ -12,6 +12,7 @@ it sits in the base), so any number of slices of one base cost one base-sized bu
 from __future__ import annotations
 
 import heapq
+import threading
 
 from .. import backend
 from ..errors import DeviceMismatchError
@@ -23,13 +24,15 @@ from .graph import AccumulateGrad, Node, _notify, _relabel, _restore, gradient_e
 # Tracers (autograd.trace) watching a backward run, told what the ledger's observers are not
 # told: the gradients a node receives and hands on, slices routed and leaves accumulated.
 # Empty unless a trace is open; every call site checks it first, so untraced runs pay one
-# truth test per node.
+# truth test per node. A trace hears the backward runs of the thread that opened it.
 _tracers: list = []
 
 
 def _tell_tracers(event: str, *args) -> None:
-    for tracer in _tracers:
-        getattr(tracer, event)(*args)
+    me = threading.get_ident()
+    for tracer in tuple(_tracers):
+        if tracer.thread == me:
+            getattr(tracer, event)(*args)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -498,7 +501,8 @@ class SliceGrad:
     def __init__(self, base_shape, index: tuple, grad: Tensor):
         self.base_shape, self.index, self.grad = base_shape, index, grad
         # the backward that made it, for the ledger when the buffer is allocated later
-        self.op, self.scope = ledger_state.current["op"], ledger_state.current["scope"]
+        labels = ledger_state.local.labels  # this thread's
+        self.op, self.scope = labels["op"], labels["scope"]
 
     @property
     def shape(self):
@@ -532,7 +536,8 @@ class ReshapeGrad:
 
     def __init__(self, grad: Tensor, shape: tuple):
         self.grad, self.shape = grad, tuple(shape)
-        self.op, self.scope = ledger_state.current["op"], ledger_state.current["scope"]
+        labels = ledger_state.local.labels  # this thread's
+        self.op, self.scope = labels["op"], labels["scope"]
 
     def view_of(self, flat, shape, strides, offset):
         """An array with the gradient's own shape over (shape, strides, offset), or None."""

@@ -6,16 +6,18 @@ gradient, makes `ctx` the graph node of the outputs: `ctx.fn` is the op,
 `ctx.saved_tensors` what forward chose to keep, each checked against its version counter
 when read. Leaves that require grad get an `AccumulateGrad` node, as in PyTorch.
 
-Only two things write process-wide state here: `no_grad` / `enable_grad` /
-`set_grad_enabled` (grad mode), and `_relabel` / `_restore`, which set the op, call and
-scope that the ledger stamps on each allocation, and grad mode while an op runs (the
-engine's other labels go through the ledger's own `memory.state.labelled`).
+Grad mode and the ledger's labels are per thread, as in PyTorch: `no_grad` / `enable_grad`
+/ `set_grad_enabled` change the calling thread's mode only, a new thread starts with grad
+enabled, and `_relabel` / `_restore` set this thread's labels (op, call, scope) and mode
+while an op runs (the engine's other labels go through the ledger's own
+`memory.state.labelled`). A child made by fork keeps the mode of the thread that forked.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import threading
 import weakref
 
 from .. import backend
@@ -26,8 +28,15 @@ _seq = itertools.count()
 
 
 # ----------------------------------------------------------------------------- grad mode
-class GradMode:
+class _GradMode(threading.local):
+    """Whether ops record a graph, per thread: `GradMode.enabled`. The class attribute is
+    what a thread sees until it sets its own, so every new thread starts with grad enabled
+    (as in PyTorch) whatever the thread that made it had."""
+
     enabled = True
+
+
+GradMode = _GradMode()
 
 
 class _GradModeContext:
@@ -74,29 +83,31 @@ def is_grad_enabled() -> bool:
 
 
 def _relabel(grad_enabled: bool | None = None, **labels) -> tuple:
-    """Set ledger labels (any of op, call, scope, phase: allocations carry them) and, if
-    given, grad mode; returns what `_restore` needs to put both back. Function.apply and the
-    engine's node run call the pair in a try/finally rather than a with-statement: its extra
-    frames cost a tenth of a small op's overhead."""
-    current = ledger_state.current
-    prev = current.copy(), GradMode.enabled  # every writer is scoped: restoring all is exact
-    current.update(labels)
+    """Set this thread's ledger labels (any of op, call, scope, phase: allocations carry them)
+    and, if given, its grad mode; returns what `_restore` needs to put both back.
+    Function.apply and the engine's node run call the pair in a try/finally rather than a
+    with-statement: its extra frames cost a tenth of a small op's overhead. The labels are
+    swapped, not edited (memory/state.py): the previous dict is put back as it was."""
+    here, mode = ledger_state.local, GradMode
+    prev = here.labels, mode.enabled
+    here.labels = {**prev[0], **labels}
     if grad_enabled is not None:
-        GradMode.enabled = grad_enabled
+        mode.enabled = grad_enabled
     return prev
 
 
 def _restore(prev: tuple) -> None:
-    labels, GradMode.enabled = prev
-    ledger_state.current.update(labels)
-
+    ledger_state.local.labels, GradMode.enabled = prev
 
 
 def _notify(event: str, *args) -> None:
-    """Tell the observers (the memory ledger) that define `event`."""
-    for obs in ledger_state.observers:
-        if hasattr(obs, event):
-            getattr(obs, event)(*args)
+    """Tell the observers (the memory ledger) that define `event`, one event at a time."""
+    if not ledger_state.observers:
+        return
+    with ledger_state.observer_lock:
+        for obs in tuple(ledger_state.observers):
+            if hasattr(obs, event):
+                getattr(obs, event)(*args)
 
 
 # ----------------------------------------------------------------------------- nodes
@@ -226,8 +237,12 @@ class Node:
         return sum(seen.values())
 
     def release(self) -> None:
-        if self._saved:
-            _notify("on_release", self)
+        """Free the saved tensors after this node's backward. A node that saved nothing has
+        nothing to free and nothing a second backward could miss, so it stays runnable (as
+        in PyTorch, where `(x + 1).sum()` may be run backward twice)."""
+        if not self._saved:
+            return
+        _notify("on_release", self)
         self._saved = None
         self._released = True
 
@@ -241,7 +256,17 @@ class Node:
 
 def check_inplace(op: str, t: Tensor, recording: bool) -> None:
     """Refuse, while recording, to write into a leaf that requires grad (the value its
-    gradient is for would be gone) or into a view (its base's history cannot be rewritten)."""
+    gradient is for would be gone) or into a view (its base's history cannot be rewritten).
+    With grad mode on, recording or not, refuse a view taken under no_grad of a tensor that
+    requires grad (PyTorch's rule): the write would change that tensor behind its graph's
+    back, and whether it should be recorded is ambiguous."""
+    if GradMode.enabled and getattr(t, "_no_grad_view", False):
+        raise RuntimeError(
+            f"{op}: a view (shape {tuple(t.shape)}) was created in no_grad mode from a tensor "
+            "that requires grad and is being modified in place with grad mode enabled; this "
+            "is ambiguous and not allowed. Do the in-place op under ta.no_grad() as well, or "
+            "take the view with grad mode on (or clone() it to write into a copy)"
+        )
     if not recording:
         return
     if t.requires_grad and t.grad_fn is None:
@@ -387,11 +412,13 @@ class Function:
             _restore(prev)
         if record:
             ctx.seq = next(_seq)
-            ctx.scope = ledger_state.current["scope"]
+            ctx.scope = prev[0]["scope"]
             if ctx._saved:
                 _unlink_saved_outputs(ctx, out)
                 _notify("on_save", ctx)
             out = _connect_outputs(ctx, out, args)
+        elif type(out) is not Tensor or out._base is not None:  # a view, or several outputs
+            _mark_no_grad_views(out, args)
         if ctx._dirty:
             _take_dirty(ctx, out)
         if ctx._non_differentiable:
@@ -454,11 +481,29 @@ def _returned_input(ctx: Node, o: Tensor, args: tuple) -> bool:
     return False
 
 
+def _mark_no_grad_views(out, args: tuple) -> None:
+    """Mark the views an unrecorded call made of an input that requires grad while grad mode
+    was off, or of an input so marked (a view of such a view): writing into one in place
+    with grad mode on is refused (check_inplace), as in PyTorch."""
+    outs = (out,) if type(out) is Tensor else out if type(out) in (tuple, list) else ()
+    grad_off = not GradMode.enabled
+    for o in outs:
+        if type(o) is not Tensor or o._base is None or any(o is a for a in args):
+            continue  # not a view, or an input given back (an in-place op's)
+        for a in args:
+            if (type(a) is Tensor and a._storage is o._storage
+                    and ((grad_off and a.requires_grad) or getattr(a, "_no_grad_view", False))):
+                o._no_grad_view = True
+                break
+
+
 def _take_dirty(ctx: Node, out) -> None:
     """Tensors forward wrote in place must come back as outputs; those whose history now
-    runs through ctx make the views taken before the write stale."""
+    runs through ctx make the views taken before the write stale. A view made under no_grad
+    is refused here too (a custom op's mark_dirty; the built-in ones check before writing)."""
     outs = (out,) if type(out) is Tensor else out
     for t in ctx._dirty:
+        check_inplace(ctx.fn.__name__, t, False)
         if not any(t is o for o in outs):
             raise RuntimeError(
                 f"{ctx.fn.__name__}: a tensor marked dirty (shape {tuple(t.shape)}) was not "

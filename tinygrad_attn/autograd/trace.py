@@ -13,6 +13,7 @@ computes) exactly what an untraced one does.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass, field
 
 from ..memory import state as ledger_state
@@ -143,6 +144,7 @@ class Trace:
 
     # -- context manager ---------------------------------------------------------------
     def __enter__(self) -> Trace:
+        self.thread = threading.get_ident()  # the backward runs of this thread only
         engine._tracers.append(self)
         ledger_state.observers.append(self)
         return self
@@ -175,7 +177,7 @@ class Trace:
 
     # -- what the ledger's observers are told ------------------------------------------
     def on_release(self, node) -> None:
-        if not node.saved_tensor_list():
+        if threading.get_ident() != self.thread or not node.saved_tensor_list():
             return  # it kept only recipes or Nones: nothing of its own to free
         tensors, unique = [], {}
         for t in node.saved_tensor_list():
@@ -188,6 +190,8 @@ class Trace:
         self.events.append(Freed(node.name, tuple(tensors), sum(unique.values())))
 
     def on_accumulate(self, node, slot: int, how: str, nbytes: int) -> None:
+        if threading.get_ident() != self.thread:
+            return  # another thread's backward
         if self._routed:
             self._routed = False
             return

@@ -31,7 +31,8 @@ def max_live_bytes(device: str = "cpu") -> int:
 
 def reset_peak(device: str = "cpu") -> None:
     device = backend.canonical_device(device)
-    state.peak_bytes[device] = state.live_bytes.get(device, 0)
+    with state.lock:
+        state.peak_bytes[device] = state.live_bytes.get(device, 0)
 
 
 def reserved_bytes(device: str = "cpu"):
@@ -68,11 +69,11 @@ def phase(name: str):
 
 
 def current_phase() -> str:
-    return state.current["phase"]
+    return state.local.labels["phase"]
 
 
 def current_scope() -> str:
-    return state.current["scope"]
+    return state.local.labels["scope"]
 
 
 def tag(tensor, category: str) -> None:
@@ -133,7 +134,7 @@ def save_policy(op: str | None = None, mode: str | None = None):
     save_policy("gelu", "recompute") sets it. `save_policies(...)` scopes a change.
     """
     if op is None:
-        return dict(state.policies)
+        return state.policies.copy()
     if op not in POLICY_OPS:
         raise ValueError(f"save_policy: unknown op {op!r}; expected one of {POLICY_OPS}")
     if mode is None:
@@ -146,14 +147,17 @@ def save_policy(op: str | None = None, mode: str | None = None):
 
 @contextlib.contextmanager
 def save_policies(**modes):
-    """with ta.memory.save_policies(gelu="recompute", layer_norm="recompute"): ..."""
-    prev = dict(state.policies)
-    try:
-        for op, mode in modes.items():
-            save_policy(op, mode)
+    """with ta.memory.save_policies(gelu="recompute", layer_norm="recompute"): ...
+
+    The block's policies are this thread's: another thread keeps the process's table (what
+    save_policy sets outside any such block)."""
+    for op, mode in modes.items():  # checked before the block: the errors of save_policy
+        if op not in POLICY_OPS:
+            raise ValueError(f"save_policy: unknown op {op!r}; expected one of {POLICY_OPS}")
+        if mode not in ("save", "recompute"):
+            raise ValueError(f"save_policy: mode must be 'save' or 'recompute', got {mode!r}")
+    with state.override(state.policies, **modes):
         yield
-    finally:
-        state.policies.update(prev)
 
 
 # ----------------------------------------------------------------------------- habits

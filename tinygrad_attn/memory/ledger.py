@@ -50,17 +50,19 @@ class Profile:
                 self._started_tracemalloc = True
             tracemalloc.reset_peak()
             self._raw_start = tracemalloc.get_traced_memory()[0]
-        state.observers.append(self._tracker)
+        with state.observer_lock:
+            state.observers.append(self._tracker)
         return self
 
     def __exit__(self, *exc) -> None:
-        state.observers.remove(self._tracker)
         tr = self._tracker
-        for sid, ref in tr.refs.items():  # tags set after allocation (optimizer state, ...)
-            st = ref()
-            if st is not None:
-                tr.info[sid]["tag"] = st.category
-        tr.refs = {}  # the profile is closed: later frees must not change its story
+        with state.observer_lock:  # no event of another thread's in flight meanwhile
+            state.observers.remove(tr)
+            for sid, ref in tr.refs.items():  # tags set after allocation (optimizer state)
+                st = ref()
+                if st is not None:
+                    tr.info[sid]["tag"] = st.category
+            tr.refs = {}  # the profile is closed: later frees must not change its story
         self.raw_peak_bytes = None
         if self._pool_hook is not None:
             self._pool_hook.__exit__(None, None, None)

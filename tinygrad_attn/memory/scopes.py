@@ -11,6 +11,8 @@ Modules are duck-typed (anything with named_modules()), so this module imports n
 the engine and sits, with state.py, below the layers that use it: nn.Module.__call__ enters
 `module_scope(self)`, and ta.checkpoint (below the memory layer) names its node with
 `scope_of_call(fn)` and replays its forward's `running_calls()` around the recompute.
+The running calls are per thread (state.local), as the labels are: two threads calling two
+models (or one) each name their own calls.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ def scope_of_call(fn) -> str:
     """The scope a call of `fn` made now runs under: a module's own scope (its name in the
     running call, or, called as a root, the current scope); for anything else, the current
     scope."""
-    calls = state.module_calls
+    calls = state.local.module_calls
     if not calls or not hasattr(fn, "named_modules"):
-        return state.current["scope"]
+        return state.local.labels["scope"]
     name = calls[-1].name if calls[-1].module is fn else _name_in(calls, fn)
     return _scope(calls[0].prefix, name)
 
@@ -69,7 +71,8 @@ class module_scope:  # noqa: N801 - used like a function: with ta.memory.module_
         self.module = module
 
     def __enter__(self) -> None:
-        calls, current = state.module_calls, state.current
+        here = state.local  # this thread's
+        calls, current = here.module_calls, here.labels
         if calls:
             call = _Call(self.module, _name_in(calls, self.module))
             changes = {"scope": _scope(calls[0].prefix, call.name)}
@@ -84,12 +87,12 @@ class module_scope:  # noqa: N801 - used like a function: with ta.memory.module_
 
     def __exit__(self, *exc) -> None:
         self.label.__exit__(*exc)
-        state.module_calls.pop()
+        state.local.module_calls.pop()
 
 
 def running_calls() -> tuple:
     """The module calls running now (for resume_calls)."""
-    return tuple(state.module_calls)
+    return tuple(state.local.module_calls)
 
 
 class resume_calls:  # noqa: N801 - used like a function
@@ -102,9 +105,9 @@ class resume_calls:  # noqa: N801 - used like a function
         self.calls = calls
 
     def __enter__(self) -> None:
-        running = state.module_calls
+        running = state.local.module_calls
         self.previous = running[:]
         running[:] = self.calls
 
     def __exit__(self, *exc) -> None:
-        state.module_calls[:] = self.previous
+        state.local.module_calls[:] = self.previous

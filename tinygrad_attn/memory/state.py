@@ -1,29 +1,130 @@
-"""The ledger's global state: what every Storage reads and writes, and what the engine sets.
+"""The ledger's state: what every Storage reads and writes, and what the engine sets.
 
 Pure Python that imports nothing from the engine, so it sits at the bottom of the layers:
 storage, autograd and ops reach it as `from .memory import state as ledger_state` and read
 or write its tables by attribute (`ledger_state.current["op"]`). The tables are mutated in
 place and never rebound, so every module sees the same ones.
+
+Threads. What changes per call is per thread, as PyTorch keeps its grad mode and its
+profiler's scopes: the labels (`current`) and the running module calls (`local`), and the
+`with` overrides of the switch tables (`habits`, `policies`): a thread's `with` block
+changes what that thread sees, and a new thread starts at the defaults. What is
+configuration is shared by the process: the switch tables outside any `with` block, the
+limit, the observers, and the byte counters, which `lock` keeps exact.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
+from collections.abc import MutableMapping
 
 # Who is allocating right now: the op being run and its invocation (set by
 # autograd.Function.apply and the backward engine), the phase (forward / backward /
 # optimizer / other), the module scope ("transformer.h.3.attn") and a category tag.
-current = {"op": None, "call": None, "phase": "other", "scope": "", "category": None}
+LABELS = {"op": None, "call": None, "phase": "other", "scope": "", "category": None}
+
+
+class _Local(threading.local):
+    """This thread's labels and module calls; each thread starts with fresh ones.
+
+    The engine reads `local.labels` (a plain dict) on its hot paths and replaces it, never
+    edits it, when labels change for a block: a block's labels are a new dict and leaving it
+    puts the previous one back, one attribute store each way."""
+
+    def __init__(self) -> None:
+        self.labels = dict(LABELS)
+        self.module_calls = []  # the nn.Module calls running now, outermost first (scopes.py)
+
+
+local = _Local()
+
+
+class _Labels(MutableMapping):
+    """`current`: the calling thread's labels, as a dict-like view (`current["scope"]`)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key):
+        return local.labels[key]
+
+    def __setitem__(self, key, value) -> None:
+        if key not in LABELS:
+            raise KeyError(f"current: unknown label {key!r}; expected one of {list(LABELS)}")
+        local.labels[key] = value
+
+    def __delitem__(self, key) -> None:
+        raise TypeError("current: labels cannot be deleted")
+
+    def __iter__(self):
+        return iter(local.labels)
+
+    def __len__(self) -> int:
+        return len(local.labels)
+
+    def copy(self) -> dict:
+        return dict(local.labels)
+
+    def __repr__(self) -> str:
+        return f"current({local.labels!r})"
+
+
+current = _Labels()
+
+
+class _Switches(MutableMapping):
+    """A table of switches: the process's values, and inside a thread's `with` block (see
+    `override`) that thread's own copy, so that one thread's block neither leaks into
+    another thread nor is undone by another thread's exit. Writing outside a block sets
+    the process's value; inside one, the block's (undone when it ends, as before)."""
+
+    __slots__ = ("shared", "_local", "name")
+
+    def __init__(self, name: str, values: dict) -> None:
+        self.name = name
+        self.shared = dict(values)
+        self._local = threading.local()
+
+    def table(self) -> dict:
+        """The dict in effect in this thread: its innermost block's, or the shared one."""
+        own = getattr(self._local, "table", None)
+        return self.shared if own is None else own
+
+    def __getitem__(self, key):
+        own = getattr(self._local, "table", None)
+        return (self.shared if own is None else own)[key]
+
+    def __setitem__(self, key, value) -> None:
+        if key not in self.shared:
+            raise KeyError(f"{self.name}: unknown key {key!r}; expected one of "
+                           f"{list(self.shared)}")
+        self.table()[key] = value
+
+    def __delitem__(self, key) -> None:
+        raise TypeError(f"{self.name}: keys cannot be deleted")
+
+    def __iter__(self):
+        return iter(self.table())
+
+    def __len__(self) -> int:
+        return len(self.table())
+
+    def copy(self) -> dict:
+        return dict(self.table())
+
+    def __repr__(self) -> str:
+        return f"{self.name}({self.table()!r})"
+
 
 # Habits of other engines that ta.memory.emulate() switches on, so the cost of each can be
 # measured inside this one engine (see ta.memory.emulate for what each does).
-habits = {"permute_copies": False, "inplace_grad_accumulation": True,
-          "slice_grad_full": False, "late_free": False}
+habits = _Switches("habits", {"permute_copies": False, "inplace_grad_accumulation": True,
+                              "slice_grad_full": False, "late_free": False})
 
 # Save-or-recompute policy of the ops whose output is cheap to rebuild (ta.memory.save_policy).
 # "recompute": a later node that needs such an op's output keeps a recipe (the producing node,
 # whose own saved tensors suffice to rebuild it) instead of the output itself.
-policies = {"softmax": "save", "gelu": "save", "layer_norm": "save"}
+policies = _Switches("policies", {"softmax": "save", "gelu": "save", "layer_norm": "save"})
 
 # Emulated device sizes (ta.memory.set_limit), per device: an allocation past one raises
 # OutOfMemoryError. `oom_report[0]` (installed by the memory package) describes what holds
@@ -31,36 +132,58 @@ policies = {"softmax": "save", "gelu": "save", "layer_norm": "save"}
 limit: dict[str, int] = {}
 oom_report = [None]
 
-# Cheap always-on accounting: bytes live per device and the high-water mark.
+# Cheap always-on accounting: bytes live per device and the high-water mark, for the whole
+# process. `lock` makes each update exact when threads allocate at once (a read-add-write
+# of a dict entry is not atomic under the GIL). Nothing inside it may allocate a Python
+# container (a garbage collection could run a Storage's __del__ there, which takes it too):
+# only the arithmetic on the counters.
 live_bytes: dict[str, int] = {}
 peak_bytes: dict[str, int] = {}
+lock = threading.Lock()
 
 # Observers get on_alloc(storage) and on_free(storage); if they define them, also
 # on_save(node), on_release(node) (saved tensors kept / freed by a graph node) and
 # on_accumulate(node, output_nr, how, nbytes) (a gradient summed in backward). The memory
-# ledger registers here.
+# ledger registers here. They hear every thread; `observer_lock` gives them one event at a
+# time (reentrant: an observer's own allocations may free a Storage, whose event nests).
 observers: list = []
-
-# The nn.Module calls running now, outermost first (see memory/scopes.py, which keeps it).
-module_calls: list = []
+observer_lock = threading.RLock()
 
 
 class _Override:
-    """Sets keys of a dict on entering a `with` block and restores their values on leaving."""
+    """Sets keys of a table on entering a `with` block and restores them on leaving.
+
+    The labels (`current`) and the switch tables are per thread: the block gets a new dict,
+    its thread's previous one plus the changes, and leaving puts the previous one back. A
+    plain dict is edited in place and its keys restored."""
 
     __slots__ = ("table", "changes", "previous")
 
-    def __init__(self, table: dict, changes: dict) -> None:
+    def __init__(self, table, changes: dict) -> None:
         self.table = table
         self.changes = changes
 
     def __enter__(self) -> None:
         table = self.table
-        self.previous = {key: table[key] for key in self.changes}
-        table.update(self.changes)
+        if table is current:
+            previous = self.previous = local.labels
+            local.labels = {**previous, **self.changes}
+        elif type(table) is _Switches:
+            previous = self.previous = getattr(table._local, "table", None)
+            table._local.table = {**(table.shared if previous is None else previous),
+                                  **self.changes}
+        else:
+            self.previous = {key: table[key] for key in self.changes}
+            table.update(self.changes)
 
     def __exit__(self, *exc) -> None:
-        self.table.update(self.previous)
+        table = self.table
+        if table is current:
+            local.labels = self.previous
+        elif type(table) is _Switches:
+            table._local.table = self.previous
+        else:
+            table.update(self.previous)
 
     def __call__(self, fn):
         """As a decorator: fn runs with the keys set (a fresh override per call)."""
@@ -74,7 +197,7 @@ class _Override:
         return wrapper
 
 
-def override(table: dict, **changes) -> _Override:
+def override(table, **changes) -> _Override:
     """with override(habits, late_free=True): ... sets keys of one of these tables for the
     block and restores what they were (the keys must exist)."""
     unknown = [key for key in changes if key not in table]
@@ -86,4 +209,8 @@ def override(table: dict, **changes) -> _Override:
 def labelled(**changes) -> _Override:
     """with labelled(scope="transformer.h.0", phase="forward"): ... labels what is allocated
     inside (keys of `current`) and restores the previous labels on exit."""
-    return override(current, **changes)
+    for key in changes:  # as override(), without reading this thread's labels per key
+        if key not in LABELS:
+            raise KeyError(f"override: unknown keys {[k for k in changes if k not in LABELS]}"
+                           f"; expected some of {list(LABELS)}")
+    return _Override(current, changes)

@@ -66,7 +66,7 @@ class Tracker:
 
     def _event(self, kind: str, **data) -> None:
         if self.record_events:
-            cur = state.current
+            cur = state.local.labels  # the labels of the thread the event happens in
             data.update(kind=kind, t=len(self.events), phase=cur["phase"], op=cur["op"],
                         scope=cur["scope"])
             self.events.append(data)
@@ -86,7 +86,7 @@ class Tracker:
             return
         self.refs.pop(st.id, None)
         info["tag"] = st.category
-        info["temporary"] = st.call is not None and st.call == state.current["call"]
+        info["temporary"] = st.call is not None and st.call == state.local.labels["call"]
         self._event("free", sid=st.id, bytes=st.nbytes)
 
     def on_save(self, node) -> None:
@@ -114,13 +114,15 @@ class Tracker:
         self._node_gone(id(node))
 
     def _node_gone(self, key) -> None:
-        info = self.nodes.pop(key, None)
-        if info is None:
-            return
-        sids = sorted({s for s, _ in info["saved"]})
-        for sid in sids:
-            self.saved_count[sid] -= 1
-        self._event("release", node=key, sids=sids, node_info=info)
+        # also called by a node's finalizer, in whichever thread drops the node last
+        with state.observer_lock:
+            info = self.nodes.pop(key, None)
+            if info is None:
+                return
+            sids = sorted({s for s, _ in info["saved"]})
+            for sid in sids:
+                self.saved_count[sid] -= 1
+            self._event("release", node=key, sids=sids, node_info=info)
 
     def on_accumulate(self, node, output_nr, how, nbytes) -> None:
         name = getattr(node, "name", "?")
