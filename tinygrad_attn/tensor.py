@@ -8,6 +8,9 @@ forward and backward of every op live side by side), attached at the bottom of t
 
 from __future__ import annotations
 
+import copy
+import copyreg
+
 from . import backend
 from . import shape as shp
 from .backend import DType
@@ -226,6 +229,37 @@ class Tensor:
         body = body.replace("\n", "\n ")
         return "tensor(" + ", ".join([body] + extra) + ")"
 
+    # ------------------------------------------------------------------ copy and pickle
+    def __deepcopy__(self, memo) -> Tensor:
+        """A leaf over a deep copy of this tensor's Storage, with the same shape, strides and
+        offset: tensors deep-copied together (one call, one memo) that shared a Storage share
+        the copy's one Storage, so an in-place write to the copy is seen by its views.
+
+        requires_grad and .grad are kept, as torch's Tensor; a parameter (its Storage tagged
+        "parameter", as nn.Parameter does) does not take its .grad along, as torch's Parameter.
+        """
+        if self.grad_fn is not None:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the "
+                f"deepcopy protocol at the moment (this one, of shape {tuple(self.shape)}, has "
+                f"grad_fn {self.grad_fn.name}); deep-copy a detach()ed tensor instead"
+            )
+        new = _make(copy.deepcopy(self._storage, memo), self._shape, self._strides,
+                    self._offset)
+        memo[id(self)] = new
+        if self.requires_grad:
+            new.requires_grad = True
+        if self._grad is not None and self._storage.category != "parameter":
+            new._grad = copy.deepcopy(self._grad, memo)
+        return new
+
+    def __reduce_ex__(self, protocol):
+        """Pickled as (Storage, shape, strides, offset, requires_grad), as torch pickles a
+        tensor: views pickled together keep sharing one Storage (pickle's memo), the device
+        is kept, the graph and .grad are not (an unpickled tensor is a leaf)."""
+        return _rebuild_tensor, (self._storage, self._shape, self._strides, self._offset,
+                                 self.requires_grad)
+
     # ------------------------------------------------------------------ DLPack
     def __dlpack__(self, *args, **kwargs):
         return self._array().__dlpack__(*args, **kwargs)
@@ -430,6 +464,33 @@ def from_array(arr, copy_reason: str | None = None) -> Tensor:
         arr = backend.ensure_array(arr)
     storage, shape, strides, offset = wrap_array(arr, copy_reason)
     return _make(storage, shape, strides, offset, arr if offset == 0 else None)
+
+
+def _rebuild_tensor(storage: Storage, shape, strides, offset, requires_grad) -> Tensor:
+    t = _make(storage, tuple(shape), tuple(strides), offset)
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+def _reduce_storage(storage: Storage):
+    """A Storage pickles (and deep-copies: copy.deepcopy reads copyreg's table too) as its
+    values on the host, its device and what the ledger knows of it."""
+    return _rebuild_storage, (backend.to_host(storage.buffer), storage.device,
+                              storage.dtype.name, storage.shape, storage.category)
+
+
+def _rebuild_storage(host, device: str, dtype_name: str, shape, category) -> Storage:
+    """A new Storage through the one allocation path (the ledger counts it), on `device`.
+    `host` is already a fresh array (unpickled, or deep-copied), so the CPU keeps it."""
+    flat = host.reshape(-1) if device == "cpu" else backend.to_device(host, device)
+    storage = Storage(flat, device, backend.to_dtype(dtype_name), None, shape)
+    if category is not None:
+        storage.category = category  # a parameter stays a parameter, state stays state
+    return storage
+
+
+copyreg.pickle(Storage, _reduce_storage)
 
 
 def _zeros_array(shape, dtype: DType, device: str):
