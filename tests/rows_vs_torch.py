@@ -37,8 +37,9 @@ DIFFERENCES = {
                "float32 inside an op), so float16 results may differ in the last bit",
     "errors": "shape errors are ShapeError, a subclass of both ValueError and RuntimeError "
               "(torch: RuntimeError); device mixes are DeviceMismatchError (a RuntimeError)",
-    "int_overflow": "a Python int outside an integer tensor's range wraps as NumPy "
-                    "arithmetic does; torch raises for some ops",
+    "int_overflow": "a bool tensor with an int in [2**63, 2**64) computes in int64, "
+                    "wrapped (torch refuses to promote to uint64); every other int operand "
+                    "wraps or is refused as torch's",
     "dropout": "dropout draws its mask from the engine's own generator: only p=0 and "
                "eval mode give torch's values",
     "checkpoint": "checkpoint's use_reentrant, context_fn and determinism_check arguments "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import backend
+from .backend.dtypes import checked_scalar
 from .tensor import Tensor, from_array
 
 default_generator = backend.Generator(0)
@@ -67,8 +68,8 @@ def _filled(kind, shape, dtype, device, requires_grad, value=None):
     dtype = _dtype(dtype)
     xp = backend.xp_for(device)
     with backend.on_device(device):
-        if kind == "full":
-            arr = xp.full(shape, value, dtype=dtype.np)
+        if kind == "full":  # the value must fit the dtype, as torch checks it
+            arr = xp.full(shape, checked_scalar("full", value, dtype), dtype=dtype.np)
         else:
             arr = getattr(xp, kind)(shape, dtype=dtype.np)
     return _finish(arr, requires_grad)

@@ -165,6 +165,53 @@ def promote(*operands) -> DType:
     return out
 
 
+_INT64_MIN, _UINT64_END = -(1 << 63), 1 << 64
+
+
+def scalar_as(value, dtype: DType):
+    """A Python number operand as a NumPy scalar of the op's compute dtype, read as torch
+    reads it: an int must fit in 64 bits ([-2**63, 2**64), else OverflowError, "int too big
+    to convert") and then wraps into an integer dtype's width, two's complement (int8: 300
+    is 44, 0xFFFFFFFF is -1 in int32), where NumPy would raise OverflowError. A float or a
+    bool is converted as it is."""
+    if type(value) is int:
+        if not _INT64_MIN <= value < _UINT64_END:
+            raise OverflowError(f"int too big to convert: {value} does not fit in 64 bits")
+        kind = dtype.np.kind
+        if kind in "iu":
+            bits = 8 * dtype.itemsize
+            value &= (1 << bits) - 1
+            if kind == "i" and value >> (bits - 1):
+                value -= 1 << bits
+    return dtype.np.type(value)
+
+
+def checked_scalar(op: str, value, dtype: DType):
+    """A Python number that an op stores into a tensor of `dtype` as a value (fill_,
+    masked_fill_, setitem, clamp's bounds, full, add_'s alpha): unlike an arithmetic
+    operand (scalar_as) it must fit, as torch checks it: RuntimeError "value cannot be
+    converted to type ... without overflow". torch lets an unsigned dtype take -max..-1 too,
+    wrapped (uint8: -1 is 255); infinities and nan fit every float dtype."""
+    if type(value) is bool or not isinstance(value, (int, float)):
+        return value
+    kind = dtype.np.kind
+    if kind in "iu":
+        info = np.iinfo(dtype.np)
+        low = -int(info.max) if kind == "u" else int(info.min)
+        fits = value != value or low <= value <= int(info.max)  # nan: numpy's cast decides
+    elif kind == "f":
+        fits = value != value or abs(value) == float("inf") or abs(value) <= float(
+            np.finfo(dtype.np).max)
+    else:
+        fits = True
+    if not fits:
+        raise RuntimeError(f"{op}: value {value} cannot be converted to type {dtype.name} "
+                           "without overflow")
+    if kind in "iu" and isinstance(value, float):
+        return dtype.np.type(int(value)) if value == value else dtype.np.type(value)
+    return scalar_as(value, dtype)
+
+
 def floating(dtype: DType) -> DType:
     """The result dtype of a floating op (exp, sqrt, true division) on `dtype`: itself if
     floating, otherwise the default dtype (as torch: an int tensor's exp is float32)."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..backend.dtypes import scalar_as
 from ._math_util import _binary, _grad_to, _require_float, _shape
 from ._util import Tensor, check_same_device, from_array
+from .elementwise import check_integer_divisor
 from .registry import op
 
 
@@ -99,7 +101,10 @@ class Fmod(Function):
 
     @staticmethod
     def forward(ctx, a, b):
-        A, B, xp, _ = _binary("fmod", a, b)
+        A, B, xp, dtype = _binary("fmod", a, b)
+        A = A if type(a) is Tensor else scalar_as(a, dtype)  # an int wraps, as torch's
+        B = B if type(b) is Tensor else scalar_as(b, dtype)
+        check_integer_divisor("fmod", a, b, B, dtype)
         _save_binary(ctx, a, b)
         return from_array(xp.fmod(A, B))
 

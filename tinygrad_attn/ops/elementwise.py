@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..backend.dtypes import checked_scalar, scalar_as
 from ._util import Tensor, broadcast_shape, check_same_device, from_array, operand, unbroadcast
 from .registry import op
 
@@ -21,14 +22,12 @@ def _scalars(a, b):
 def _in(x, dtype):
     """An operand in the op's result dtype: a Tensor's array cast (no copy when it already
     is), a Python number as a NumPy scalar of that dtype. NumPy then computes in exactly
-    that dtype: a 0-d float64 operand never turns a float32 array into a float64 result."""
+    that dtype: a 0-d float64 operand never turns a float32 array into a float64 result.
+    An int beyond an integer dtype's range wraps into it, as torch's (scalar_as)."""
     if type(x) is Tensor:
         return x._array().astype(dtype.np, copy=False)
     if isinstance(x, (bool, int, float)):
-        try:
-            return dtype.np.type(x)
-        except OverflowError:  # an int out of an integer dtype's range: as Python's
-            return x
+        return scalar_as(x, dtype)
     return x
 
 
@@ -42,6 +41,21 @@ def _binary_arrays(op: str, a, b, floating: bool = False):
     if floating:
         dtype = backend.floating(dtype)
     return _in(a, dtype), _in(b, dtype), backend.xp_for(device), dtype
+
+
+def check_integer_divisor(op: str, a, b, B, dtype) -> None:
+    """Integer division by zero raises, as torch's (a RuntimeError, "ZeroDivisionError"), for
+    every op that divides in an integer dtype (floor_divide, remainder, fmod): NumPy would
+    give 0 with a warning. True division (float) gives inf instead, and an empty result has
+    nothing to divide."""
+    if dtype.is_floating_point:
+        return
+    zero = (B == 0) if type(b) is not Tensor else (B == 0).any()
+    if zero and shp.numel(broadcast_shape(op, a, b)):
+        shapes = " and ".join(str(tuple(t.shape)) if type(t) is Tensor else type(t).__name__
+                              for t in (a, b))
+        raise RuntimeError(f"{op}: ZeroDivisionError: integer division by zero (operands "
+                           f"{shapes}, dtype {dtype.name})")
 
 
 def _remember(ctx, a, b, dtype):
@@ -106,6 +120,11 @@ class Sub(Function):
     @staticmethod
     def forward(ctx, a, b):
         _no_bool("sub", "subtraction (the - operator)", a, b)
+        if any(t is True or t is False or (type(t) is Tensor and t.dtype is backend.bool_)
+               for t in (a, b)):  # torch: one bool operand is enough to refuse
+            raise RuntimeError("sub: subtraction (the - operator) with a bool tensor is not "
+                               f"supported (shapes {_shape(a)} and {_shape(b)}); to invert a "
+                               "mask use ~ or logical_not()")
         A, B, xp, dtype = _binary_arrays("sub", a, b)
         _remember(ctx, a, b, dtype)
         return _wrap(xp.subtract(A, B))
@@ -207,6 +226,7 @@ class Remainder(Function):
     @staticmethod
     def forward(ctx, a, b):
         A, B, xp, dtype = _binary_arrays("remainder", a, b)
+        check_integer_divisor("remainder", a, b, B, dtype)
         _remember(ctx, a, b, dtype)
         nb = ctx.needs_input_grad[1]
         ctx.save_for_backward(a if nb and type(a) is Tensor else None,
@@ -229,7 +249,8 @@ class Remainder(Function):
 @op(method=True)
 def floor_divide(x, other) -> Tensor:
     """x // other, elementwise (not differentiable: its derivative is zero almost everywhere)."""
-    A, B, xp, _ = _binary_arrays("floor_divide", x, other)
+    A, B, xp, dtype = _binary_arrays("floor_divide", x, other)
+    check_integer_divisor("floor_divide", x, other, B, dtype)
     return _wrap(xp.floor_divide(A, B))
 
 
@@ -371,6 +392,8 @@ class Clamp(Function):
         ctx.bounds = (lo, hi)
         ctx.save_for_backward(x)
         dtype = backend.promote(x, lo, hi)  # an int tensor with float bounds: a float result
+        # a bound must fit the result's dtype, as torch checks it, and is read in it
+        lo, hi = (None if b is None else checked_scalar("clamp", b, dtype) for b in (lo, hi))
         X = x._array().astype(dtype.np, copy=False)
         xp = backend.xp_for(x.device)
         out = X

@@ -21,6 +21,7 @@ import warnings
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function, GradMode, check_inplace
+from ..backend.dtypes import checked_scalar, scalar_as
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, sum_to, unbroadcast
 from .indexing import resolve_index
@@ -122,7 +123,27 @@ def _check_cast_back(op: str, x: Tensor, *operands, floating: bool = False) -> N
 
 
 def _value(x, dtype):
-    return x._array() if type(x) is Tensor else x
+    """An operand's array, or a Python number as an arithmetic operand: an int beyond the
+    dtype's range wraps into it, as torch's (scalar_as)."""
+    if type(x) is Tensor:
+        return x._array()
+    return scalar_as(x, dtype) if isinstance(x, (bool, int, float)) else x
+
+
+def _bound(op: str, bound, dtype):
+    """A clamp bound: a Python int must fit the dtype (and is then that dtype's scalar); a
+    float bound of an integer tensor is left to the cast-back rules."""
+    if type(bound) is int:
+        return checked_scalar(op, bound, dtype)
+    if type(bound) is float and dtype.is_floating_point:
+        checked_scalar(op, bound, dtype)
+    return bound
+
+
+def _stored(op: str, x, dtype):
+    """A Python number stored as a value (fill_, masked_fill_, setitem, clamp_'s bounds):
+    it must fit the dtype, as torch checks it."""
+    return x._array() if type(x) is Tensor else checked_scalar(op, x, dtype)
 
 
 class AddInplace(Function):
@@ -130,9 +151,13 @@ class AddInplace(Function):
 
     @staticmethod
     def forward(ctx, x, other, alpha=1):
-        X, O = x._array(), _value(other, x.dtype)
+        X = x._array()
         if alpha != 1:
-            O = O * alpha
+            checked_scalar("add_", alpha, x.dtype)  # alpha must fit, as torch checks it
+        if type(other) is Tensor:
+            O = other._array() if alpha == 1 else other._array() * alpha
+        else:  # a number: its product with alpha wraps into x's dtype as one operand
+            O = _value(other * alpha if alpha != 1 else other, x.dtype)
         xp = backend.xp_for(x.device)
         xp.add(X, O, out=X, casting="unsafe")
         ctx.mark_dirty(x)
@@ -214,7 +239,7 @@ class FillInplace(Function):
 
     @staticmethod
     def forward(ctx, x, value):
-        x._array()[...] = _value(value, x.dtype)
+        x._array()[...] = _stored("fill_", value, x.dtype)
         ctx.mark_dirty(x)
         return x
 
@@ -257,8 +282,8 @@ class MaskedFillInplace(Function):
         _check_broadcast_into("masked_fill_", x, mask)
         xp = backend.xp_for(x.device)
         X = x._array()
-        xp.copyto(X, _value(value, x.dtype), where=xp.broadcast_to(mask._array(), X.shape),
-                  casting="unsafe")
+        xp.copyto(X, _stored("masked_fill_", value, x.dtype),
+                  where=xp.broadcast_to(mask._array(), X.shape), casting="unsafe")
         ctx.mark_dirty(x)
         ctx.save_for_backward(mask)
         return x
@@ -278,6 +303,8 @@ class ClampInplace(Function):
             raise ValueError("clamp_: at least one of min and max must be given")
         X = x._array()
         xp = backend.xp_for(x.device)
+        # a number must fit x's dtype, as torch checks it (an int is then read in that dtype)
+        lo, hi = (_bound("clamp_", b, x.dtype) for b in (lo, hi))
         if ctx.needs_input_grad[0]:
             inside = xp.ones(X.shape, dtype=bool)
             if lo is not None:
@@ -304,7 +331,8 @@ class SetItem(Function):
     @staticmethod
     def forward(ctx, x, value, index):
         X = x._array()
-        V = value._array() if type(value) is Tensor else value
+        # torch checks a stored number's range, but not float16's (1e5 becomes inf there)
+        V = value if x.dtype is backend.float16 else _stored("setitem", value, x.dtype)
         try:
             index.write(X, V)
         except ValueError as e:
@@ -382,6 +410,9 @@ def setitem(x: Tensor, index, value) -> None:
     _guard("setitem", x, value)
     check_same_device("setitem", x, value)
     resolved = resolve_index(x, index, "setitem")
+    if type(value) is int and not -(1 << 63) <= value < 1 << 63:  # torch reads it as int64
+        raise ValueError(f"setitem: the int {value} overflows int64 (target of shape "
+                         f"{tuple(x.shape)})")
     if type(value) is not Tensor and not isinstance(value, (int, float, bool)):
         value = Tensor(value, dtype=x.dtype, device=x.device)
     shares = type(value) is Tensor and value._storage is x._storage

@@ -5,6 +5,7 @@ ops: results without a gradient, as in torch.
 from __future__ import annotations
 
 from .. import backend
+from ..backend.dtypes import scalar_as
 from ._math_util import _binary, _require_integral, _xp
 from ._util import Tensor, broadcast_shape, check_same_device, from_array
 from .registry import op
@@ -69,7 +70,10 @@ def logical_not(x) -> Tensor: return from_array(_xp(x).logical_not(x._array()))
 
 def _bitwise(name, kernel, a, b):
     _require_integral(name, a, b)
-    A, B, xp, _ = _binary(name, a, b)
+    A, B, xp, dtype = _binary(name, a, b)
+    # a Python int wraps into the tensor's width, as torch's (0xFFFFFFFF is -1 in int32)
+    A = A if type(a) is Tensor else scalar_as(a, dtype)
+    B = B if type(b) is Tensor else scalar_as(b, dtype)
     return from_array(getattr(xp, kernel)(A, B))
 
 
