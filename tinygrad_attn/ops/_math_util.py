@@ -18,6 +18,14 @@ from ._util import (
 from .elementwise import _float_in
 
 
+def wide(X):
+    """X for a reduction's arithmetic: float16 widened to float32, as torch's CPU kernels
+    accumulate half (a float16 sum of squares overflows at 65504, and NumPy sums a strided
+    float16 axis in float16, where adding 0.1 to 4096 does nothing); every other dtype as
+    it is, with no copy."""
+    return X.astype("float32") if X.dtype == "float16" else X
+
+
 def _floating(dtype):
     return backend.floating(dtype)
 

@@ -10,6 +10,9 @@ probabilities from those and accumulates dq, dk, dv block by block. For 4-D inpu
 output is laid out heads-innermost, so merging the heads after it costs no copy. The
 GEMMs are NumPy's; the element-wise work on each tile of scores between them is
 backend.kernels.attention_block_forward, attention_block_probs and attention_block_dscores.
+float16 runs in float32, as torch's CPU attention does for half (its row sums of exps and
+its dot products lose too much in float16): q, k, v are widened per call, the output and
+the gradients are rounded to float16 once, and the row logsumexp is kept in float32.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from .. import backend
 from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
+from ._math_util import wide
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .registry import op
 
@@ -51,11 +55,11 @@ class ScaledDotProductAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, mask=None, is_causal=False, scale=None, block_size=None):
         xp = backend.xp_for(q.device)
-        Q, K, V = q._array(), k._array(), v._array()
+        Q, K, V = wide(q._array()), wide(k._array()), wide(v._array())
         B = Q.shape[:-2]
         Tq, Tk = Q.shape[-2], K.shape[-2]
         bs = block_size or DEFAULT_BLOCK_SIZE
-        M = None if mask is None else mask._array()
+        M = None if mask is None else wide(mask._array())
         if M is not None:
             M = xp.broadcast_to(M, B + (Tq, Tk))
         if len(B) >= 2:
@@ -93,7 +97,8 @@ class ScaledDotProductAttention(Function):
                 unseen, xp.inf, xp.where(xp.isfinite(m), m, 0) + xp.log(xp.where(unseen, 1, l)))
         ctx.mask_given = mask is not None
         ctx.is_causal, ctx.scale, ctx.block_size = is_causal, scale, bs
-        out_t = from_array(out)
+        # float16: rounded once, keeping the heads-innermost layout (astype keeps strides)
+        out_t = from_array(out.astype(q.dtype.np, copy=False))
         ctx.save_for_backward(q, k, v, out_t, from_array(lse), mask)
         return out_t
 
@@ -101,11 +106,11 @@ class ScaledDotProductAttention(Function):
     def backward(ctx, g):
         q, k, v, out, lse, mask = ctx.saved_tensors
         xp = backend.xp_for(g.device)
-        Q, K, V, O, LSE, G = (t._array() for t in (q, k, v, out, lse, g))
+        Q, K, V, O, LSE, G = (wide(t._array()) for t in (q, k, v, out, lse, g))
         B = Q.shape[:-2]
         Tq, Tk = Q.shape[-2], K.shape[-2]
         bs, scale, causal = ctx.block_size, ctx.scale, ctx.is_causal
-        M = None if mask is None else xp.broadcast_to(mask._array(), B + (Tq, Tk))
+        M = None if mask is None else xp.broadcast_to(wide(mask._array()), B + (Tq, Tk))
         dQ = xp.zeros(B + Q.shape[-2:], dtype=Q.dtype)
         dK = xp.zeros(B + K.shape[-2:], dtype=Q.dtype)
         dV = xp.zeros(B + V.shape[-2:], dtype=Q.dtype)
@@ -139,8 +144,9 @@ class ScaledDotProductAttention(Function):
                 dQ[..., i0:i1, :] += xp.matmul(ds, k_blk)
                 dK[..., j0:j1, :] += xp.matmul(xp.swapaxes(ds, -1, -2), q_blk)
         nq, nk, nv = ctx.needs_input_grad[:3]
-        grads = (from_array(dQ) if nq else None, from_array(dK) if nk else None,
-                 from_array(dV) if nv else None)
+        dtype = q.dtype.np
+        grads = tuple(from_array(d.astype(dtype, copy=False)) if n else None
+                      for d, n in ((dQ, nq), (dK, nk), (dV, nv)))
         if dM is None:
             return grads
         return grads + (unbroadcast(from_array(dM.astype(mask.dtype.np, copy=False)),

@@ -31,14 +31,20 @@ def _check_reduction(name: str, reduction: str, extra: tuple = ()) -> None:
                          f"expected one of {list(_REDUCTIONS + extra)}")
 
 
+def _total(L):
+    """The sum of L's elements in L's dtype, a float16 L summed in float32 (as torch's
+    kernels accumulate half) and rounded once."""
+    return L.sum(dtype="float32" if L.dtype == "float16" else L.dtype)
+
+
 def _reduce(xp, L, reduction: str):
     if reduction == "none":
         return L
     if reduction == "sum":
-        return xp.asarray(L.sum(dtype=L.dtype))
+        return xp.asarray(_total(L), dtype=L.dtype)
     if L.size == 0:  # torch's mean of nothing is nan
         return xp.asarray(float("nan"), dtype=L.dtype)
-    return xp.asarray(L.sum(dtype=L.dtype) / L.size)
+    return xp.asarray(_total(L) / L.size, dtype=L.dtype)
 
 
 def _upstream(ctx, g):
@@ -229,7 +235,7 @@ class KlDiv(Function):
         if reduction == "batchmean":
             ctx.reduction = "mean"
             ctx.count = x.shape[0] if x.ndim else 1
-            return from_array(xp.asarray(L.sum(dtype=L.dtype) / ctx.count))
+            return from_array(xp.asarray(_total(L) / ctx.count, dtype=L.dtype))
         ctx.reduction, ctx.count = reduction, L.size
         return from_array(_reduce(xp, L, reduction))
 
@@ -397,12 +403,13 @@ class NllLoss(Function):
             weight._array()[safe] * valid).astype(X.dtype, copy=False)
         L = -picked * w
         ctx.reduction, ctx.ignore_index, ctx.unbatched = reduction, ignore_index, x.ndim == 1
-        ctx.count = w.sum(dtype=X.dtype)
+        ctx.count = xp.asarray(_total(w), dtype=X.dtype)
         ctx.save_for_backward(target, weight)
         if reduction == "none":
             return from_array(L[0] if ctx.unbatched else L)
-        total = L.sum(dtype=X.dtype)
-        return from_array(xp.asarray(total if reduction == "sum" else total / ctx.count))
+        total = _total(L)
+        return from_array(xp.asarray(total if reduction == "sum" else total / _total(w),
+                                     dtype=X.dtype))
 
     @staticmethod
     def backward(ctx, g):

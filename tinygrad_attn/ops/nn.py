@@ -145,14 +145,16 @@ class CrossEntropy(Function):
         ctx.reduction, ctx.count = reduction, max(count, 1)
         ctx.save_for_backward(logits, from_array(lse), target)
         ctx.ignore_index = ignore_index
+        # float16 logits: the kernel's losses and lse are float32 (torch accumulates half
+        # in float32), rounded to float16 only in the result; lse is kept in float32
         if reduction == "none":
-            return from_array(losses)
+            return from_array(losses.astype(X.dtype, copy=False))
         total = losses.sum()
         if reduction == "sum":
-            return from_array(xp.asarray(total))
+            return from_array(xp.asarray(total, dtype=X.dtype))
         if count == 0:  # the mean of no rows; its gradient stays zero (backward's count is 1)
             return from_array(xp.full((), math.nan, dtype=X.dtype))
-        return from_array(xp.asarray(total / count))
+        return from_array(xp.asarray(total / count, dtype=X.dtype))
 
     @staticmethod
     def backward(ctx, g):

@@ -5,6 +5,11 @@ statistics per row / group / channel, and rebuild xhat = (x - mean) * rstd in ba
 Saving x costs no new buffer (it is the producer's output, alive while this node holds
 it), where saving xhat would allocate one of x's size; the price is one subtraction and
 one multiplication in backward.
+
+float16 is computed in float32, as torch's CPU kernels do (its statistics overflow at 65504
+and lose the mean's low bits), and rounded to float16 once, in the results; group_norm and
+batch_norm then keep their per-group or per-channel mean and rstd in float32 (a few values
+each), so backward's xhat is not shifted by a float16-rounded mean.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from .. import backend
 from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
+from ._math_util import wide
 from ._util import check_same_device, from_array
 from .elementwise import Clamp, Div
 from .registry import op
@@ -103,18 +109,21 @@ def _channel_view(arr, ndim):
     return arr.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def _affine(xp, xhat, weight, bias):
-    """xhat * weight + bias per channel (dim 1), written into xhat's buffer."""
+def _affine(xp, xhat, weight, bias, dtype):
+    """xhat * weight + bias per channel (dim 1), written into xhat's buffer, in `dtype`."""
     if weight is not None:
-        xhat *= _channel_view(weight._array(), xhat.ndim)
+        xhat *= _channel_view(wide(weight._array()), xhat.ndim)
     if bias is not None:
-        xhat += _channel_view(bias._array(), xhat.ndim)
-    return xhat
+        xhat += _channel_view(wide(bias._array()), xhat.ndim)
+    return xhat.astype(dtype, copy=False)
 
 
-def _affine_grads(ctx, xp, G, xhat, axes):
-    gw = from_array(xp.sum(G * xhat, axis=axes)) if ctx.needs_input_grad[1] else None
-    gb = from_array(xp.sum(G, axis=axes)) if ctx.needs_input_grad[2] else None
+def _affine_grads(ctx, xp, G, xhat, axes, dtype):
+    gw = gb = None
+    if ctx.needs_input_grad[1]:
+        gw = from_array(xp.sum(G * xhat, axis=axes).astype(dtype, copy=False))
+    if ctx.needs_input_grad[2]:
+        gb = from_array(xp.sum(G, axis=axes).astype(dtype, copy=False))
     return gw, gb
 
 
@@ -144,28 +153,30 @@ class GroupNorm(Function):
         # the group size from the shape, not numel / N: an empty batch keeps it (and NumPy
         # its silence: a mean over a size-0 axis warns)
         ctx.groups = (N, num_groups, shp.numel(x.shape[1:]) // num_groups)
-        grouped = x._array().reshape(ctx.groups)  # (N, G, C/G * positions)
+        grouped = wide(x._array()).reshape(ctx.groups)  # (N, G, C/G * positions)
         mean = xp.mean(grouped, axis=2, keepdims=True)
         xhat = grouped - mean
         var = xp.mean(xp.square(xhat), axis=2, keepdims=True)
         rstd = 1.0 / xp.sqrt(var + eps)
         xhat *= rstd
         ctx.save_for_backward(x, from_array(mean), from_array(rstd), weight)
-        return from_array(_affine(xp, xhat.reshape(x.shape), weight, bias))
+        return from_array(_affine(xp, xhat.reshape(x.shape), weight, bias, x.dtype.np))
 
     @staticmethod
     def backward(ctx, g):
         x, mean_t, rstd_t, weight = ctx.saved_tensors
         xp = backend.xp_for(g.device)
-        G = g._array()
+        G = wide(g._array())
         rstd = rstd_t._array()
-        xhat = (x._array().reshape(ctx.groups) - mean_t._array()) * rstd
+        xhat = (wide(x._array()).reshape(ctx.groups) - mean_t._array()) * rstd
         xhat = xhat.reshape(G.shape)
         axes = (0,) + tuple(range(2, G.ndim))
-        gw, gb = _affine_grads(ctx, xp, G, xhat, axes)
+        dtype = g.dtype.np
+        gw, gb = _affine_grads(ctx, xp, G, xhat, axes, dtype)
         gx = None
         if ctx.needs_input_grad[0]:
-            gh = G * _channel_view(weight._array(), G.ndim) if weight is not None else G.copy()
+            gh = G * _channel_view(wide(weight._array()), G.ndim) if weight is not None \
+                else G.copy()
             gh = gh.reshape(ctx.groups)
             xhat = xhat.reshape(gh.shape)
             m2 = xp.mean(gh * xhat, axis=2, keepdims=True)
@@ -173,7 +184,7 @@ class GroupNorm(Function):
             xhat *= m2
             gh -= xhat
             gh *= rstd
-            gx = from_array(gh.reshape(G.shape))
+            gx = from_array(gh.reshape(G.shape).astype(dtype, copy=False))
         return gx, gw, gb
 
 
@@ -206,7 +217,7 @@ class BatchNorm(Function):
                         ("running_var", running_var)):
             _param_shape("batch_norm", name, p, (C,))
         xp = backend.xp_for(x.device)
-        X = x._array()
+        X = wide(x._array())
         axes = (0,) + tuple(range(2, x.ndim))
         count = x.numel() // C if C else 0
         if training:
@@ -230,26 +241,28 @@ class BatchNorm(Function):
         xhat *= rstd
         ctx.training = training
         ctx.save_for_backward(x, from_array(mean), from_array(rstd), weight)
-        return from_array(_affine(xp, xhat, weight, bias))
+        return from_array(_affine(xp, xhat, weight, bias, x.dtype.np))
 
     @staticmethod
     def backward(ctx, g):
         x, mean_t, rstd_t, weight = ctx.saved_tensors
         xp = backend.xp_for(g.device)
-        G, rstd = g._array(), rstd_t._array()
-        xhat = (x._array() - mean_t._array()) * rstd
+        G, rstd = wide(g._array()), rstd_t._array()
+        xhat = (wide(x._array()) - mean_t._array()) * rstd
         axes = (0,) + tuple(range(2, G.ndim))
-        gw, gb = _affine_grads(ctx, xp, G, xhat, axes)
+        dtype = g.dtype.np
+        gw, gb = _affine_grads(ctx, xp, G, xhat, axes, dtype)
         gx = None
         if ctx.needs_input_grad[0]:
-            gh = G * _channel_view(weight._array(), G.ndim) if weight is not None else G.copy()
+            gh = G * _channel_view(wide(weight._array()), G.ndim) if weight is not None \
+                else G.copy()
             if ctx.training:
                 m2 = xp.mean(gh * xhat, axis=axes, keepdims=True)
                 gh -= xp.mean(gh, axis=axes, keepdims=True)
                 xhat *= m2
                 gh -= xhat
             gh *= rstd
-            gx = from_array(gh)
+            gx = from_array(gh.astype(dtype, copy=False))
         return gx, gw, gb, None, None
 
 
@@ -277,5 +290,10 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):  # noqa: A002 - torch's name
     """x / max(||x||_p over dim, eps), composed as torch composes it: vector_norm,
     clamp(min=eps) and a division. It costs no x-sized saved buffer: the norm and the
     division save x (one storage, the input), the row-sized norm and the clamped norm."""
+    if input.dtype is backend.float16:
+        # in float32, as torch's kernels compute half: the division's gradient for the
+        # norm, -g x / norm^2, overflows float16 for a norm above 256
+        wide_input = input.float()
+        return (wide_input / wide_input.norm(p, dim, keepdim=True).clamp(min=eps)).half()
     denom = input.norm(p, dim, keepdim=True).clamp(min=eps)
     return input / denom

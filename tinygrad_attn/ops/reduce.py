@@ -7,6 +7,7 @@ from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
 from ..memory import state as ledger_state
+from ._math_util import wide as _wide
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .registry import op
 
@@ -48,7 +49,8 @@ def _expand_back(g: Tensor, shape, axes, keepdim) -> Tensor:
 
 
 class Sum(Function):
-    """y = sum(x, dims);  gx = g broadcast back (a stride-0 view, no copy). Saves nothing."""
+    """y = sum(x, dims);  gx = g broadcast back (a stride-0 view, no copy). Saves nothing.
+    float16 is summed in float32 and rounded once."""
 
     @staticmethod
     def forward(ctx, x, dim=None, keepdim=False):
@@ -56,7 +58,11 @@ class Sum(Function):
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         xp = backend.xp_for(x.device)
         dtype = backend.accumulating(x.dtype).np
-        return from_array(xp.sum(x._array(), axis=axes, keepdims=keepdim, dtype=dtype))
+        X = x._array()
+        if X.dtype == "float16":
+            return from_array(xp.sum(X, axis=axes, keepdims=keepdim, dtype="float32")
+                              .astype(dtype))
+        return from_array(xp.sum(X, axis=axes, keepdims=keepdim, dtype=dtype))
 
     @staticmethod
     def backward(ctx, g):
@@ -64,7 +70,8 @@ class Sum(Function):
 
 
 class Mean(Function):
-    """y = mean(x, dims);  gx = g / n broadcast back. Saves nothing."""
+    """y = mean(x, dims);  gx = g / n broadcast back. Saves nothing. (NumPy's mean of
+    float16 already sums in float32.)"""
 
     @staticmethod
     def forward(ctx, x, dim=None, keepdim=False):
@@ -79,13 +86,6 @@ class Mean(Function):
     def backward(ctx, g):
         scaled = from_array(g._array() / ctx.count)
         return _expand_back(scaled, ctx.shape, ctx.axes, ctx.keepdim)
-
-
-def _wide(X):
-    """X for a reduction's arithmetic: float16 widened to float32, as torch's CPU kernels
-    accumulate half (a float16 sum of squares overflows at 65504 and loses small terms);
-    every other dtype as it is (no copy)."""
-    return X.astype("float32") if X.dtype == "float16" else X
 
 
 class Var(Function):
@@ -248,13 +248,15 @@ class LogSumExp(Function):
                                f"input of shape {tuple(x.shape)}, as torch's; pass the dims")
         axes = _axes(x, dim, "logsumexp")
         xp = backend.xp_for(x.device)
-        X = x._array().astype(backend.floating(x.dtype).np, copy=False)
+        out_dtype = backend.floating(x.dtype).np
+        X = _wide(x._array().astype(out_dtype, copy=False))
         if X.size == 0:  # an empty sum: log(0) = -inf, and no max to shift by
             m = xp.zeros(_keep_shape(X.shape, axes), dtype=X.dtype)
         else:
             m = xp.max(X, axis=axes, keepdims=True)
             m = xp.where(xp.isfinite(m), m, 0)
-        out = xp.log(xp.sum(xp.exp(X - m), axis=axes, keepdims=True)) + m
+        out = (xp.log(xp.sum(xp.exp(X - m), axis=axes, keepdims=True)) + m).astype(
+            out_dtype, copy=False)
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         y_keep = from_array(out)
         ctx.save_for_backward(x, y_keep)
@@ -268,7 +270,8 @@ class LogSumExp(Function):
         x, y = ctx.saved_tensors
         xp = backend.xp_for(x.device)
         G = g._array() if ctx.keepdim else g._array().reshape(_keep_shape(ctx.shape, ctx.axes))
-        return from_array(G * xp.exp(x._array() - y._array()))
+        gx = G * xp.exp(_wide(x._array()) - _wide(y._array()))
+        return from_array(gx.astype(G.dtype, copy=False))
 
 
 # ----------------------------------------------------------------------------- matmul

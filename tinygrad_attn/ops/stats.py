@@ -13,6 +13,7 @@ import math
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ._math_util import wide
 from ._util import Tensor, from_array
 from .reduce import Mean, Std, Var, _axes, _keep_shape, mean, std, var
 from .registry import op
@@ -114,6 +115,7 @@ class VectorNorm(Function):
     """y = (sum |x|^p)^(1/p) (p = inf: max |x|, -inf: min |x|, 0: count of non-zeros);
     gx = g sign(x) |x|^(p-1) / y^(p-1), 0 where y = 0 (as torch); inf/-inf: g sign(x) / k
     at the k extremal positions; p = 0: zero. Saves the input and the output.
+    float16 is computed in float32 (its sum of squares overflows at 65504) and rounded once.
     """
 
     @staticmethod
@@ -127,7 +129,7 @@ class VectorNorm(Function):
             raise IndexError(f"linalg.vector_norm: cannot compute the {ord} norm of an empty "
                              f"tensor of shape {tuple(x.shape)}")
         xp = backend.xp_for(x.device)
-        A = xp.abs(x._array())
+        A = xp.abs(wide(x._array()))
         if p == math.inf:
             Y = xp.max(A, axis=axes, keepdims=True) if A.size else xp.zeros(
                 _keep_shape(x.shape, axes), dtype=A.dtype)
@@ -142,7 +144,7 @@ class VectorNorm(Function):
         else:
             Y = xp.sum(A ** p, axis=axes, keepdims=True) ** (1.0 / p)
         ctx.p, ctx.shape, ctx.axes, ctx.keepdim = p, x.shape, axes, keepdim
-        y = from_array(Y)
+        y = from_array(Y.astype(x.dtype.np, copy=False))
         ctx.save_for_backward(x, y)
         if keepdim:
             return y
@@ -152,23 +154,28 @@ class VectorNorm(Function):
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         xp = backend.xp_for(x.device)
-        X, Y, p = x._array(), y._array(), ctx.p
-        G = _grad_keep(g, ctx.shape, ctx.axes, ctx.keepdim)
+        X, Y, p = wide(x._array()), wide(y._array()), ctx.p
+        G = wide(_grad_keep(g, ctx.shape, ctx.axes, ctx.keepdim))
+        return from_array(VectorNorm._grad(xp, X, Y, G, p, ctx.axes)
+                          .astype(x.dtype.np, copy=False))
+
+    @staticmethod
+    def _grad(xp, X, Y, G, p, axes):
         sign = xp.sign(X)
         if p == 0:
-            return from_array(xp.zeros_like(X))
+            return xp.zeros_like(X)
         if p == 1:
-            return from_array(sign * G)
+            return sign * G
         if math.isinf(p):
             hit = xp.abs(X) == Y
-            count = xp.maximum(xp.sum(hit, axis=ctx.axes, keepdims=True), 1)
-            return from_array(xp.where(hit, sign * G / count, 0))
+            count = xp.maximum(xp.sum(hit, axis=axes, keepdims=True), 1)
+            return xp.where(hit, sign * G / count, 0)
         safe = xp.where(Y == 0, 1, Y)
         if p == 2:
-            return from_array(xp.where(Y == 0, 0, X * (G / safe)))
+            return xp.where(Y == 0, 0, X * (G / safe))
         zero = (Y == 0) | (X == 0)  # |x|^(p-1) is inf at 0 for p < 1; torch gives 0 there
         scaled = sign * xp.where(zero, 1, xp.abs(X)) ** (p - 1) * (G / safe ** (p - 1))
-        return from_array(xp.where(zero, 0, scaled))
+        return xp.where(zero, 0, scaled)
 
 
 # ----------------------------------------------------------------------------- entry points

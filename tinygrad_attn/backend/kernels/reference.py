@@ -59,6 +59,45 @@ def masked_fill(x, mask, value):
     return out
 
 
+# ----------------------------------------------------------------------------- float16
+# A row kernel's sums (of exps, of squares, of g * y) in float16 overflow at 65504 and
+# drop terms below its 11-bit precision: layer_norm of values near 1000 came out all
+# zeros. torch's CPU kernels accumulate half in float32 and round once at the end, and so
+# do these: a float16 call runs the same kernel on float32 copies of its float16 operands
+# (the compiled twins take float32 and float64 only, so float16 always comes here). The
+# float32 and float64 paths pass through with one dtype comparison.
+
+
+def _is_half(a) -> bool:
+    return getattr(a, "dtype", None) == np.float16
+
+
+def _float16_in_float32(*keep_float32: int):
+    """Decorate a kernel whose first operand is a float array: when it is float16, every
+    float16 operand is widened to float32 and the kernel's array results are rounded back
+    to float16, except the results at the positions `keep_float32` (a row logsumexp that
+    backward reads: rounded to float16 it would be off by up to 0.25 near 1000)."""
+
+    def wrap(kernel):
+        def run(*args, **kwargs):
+            if not _is_half(args[0]):
+                return kernel(*args, **kwargs)
+            wide = [a.astype(np.float32) if _is_half(a) else a for a in args]
+            out = kernel(*wide, **{k: v.astype(np.float32) if _is_half(v) else v
+                                   for k, v in kwargs.items()})
+            if not isinstance(out, tuple):
+                return out.astype(np.float16)
+            return tuple(o if o is None or k in keep_float32 else o.astype(np.float16)
+                         for k, o in enumerate(out))
+
+        run.__name__ = run.__qualname__ = kernel.__name__
+        run.__doc__ = kernel.__doc__
+        run.__wrapped__ = kernel
+        return run
+
+    return wrap
+
+
 # ----------------------------------------------------------------------------- softmax
 # Each kernel works over the last dim; an op that normalizes another dim hands it a view
 # with that dim moved last (no copy). The compiled twins take C-contiguous arrays only.
@@ -77,6 +116,7 @@ def _softmax_inplace(z) -> None:
     z /= xp.sum(z, axis=-1, keepdims=True)
 
 
+@_float16_in_float32()
 def softmax_forward(x):
     """y = exp(x - max) / sum(exp(x - max)) over the last dim (a new array)."""
     y = x.copy(order="K")  # keeps x's memory order: a moved-axis view comes back in x's layout
@@ -85,6 +125,7 @@ def softmax_forward(x):
     return y
 
 
+@_float16_in_float32()
 def softmax_backward(y, g):
     """gx = y * (g - sum(g * y)) over the last dim; one array of y's size."""
     xp = _array_module(y)
@@ -95,6 +136,7 @@ def softmax_backward(y, g):
     return gx
 
 
+@_float16_in_float32()
 def log_softmax_forward(x):
     """y = (x - max) - log(sum(exp(x - max))) over the last dim."""
     xp = _array_module(x)
@@ -105,6 +147,7 @@ def log_softmax_forward(x):
     return y
 
 
+@_float16_in_float32()
 def log_softmax_backward(y, g):
     """gx = g - exp(y) * sum(g) over the last dim."""
     xp = _array_module(y)
@@ -114,6 +157,7 @@ def log_softmax_backward(y, g):
     return gx
 
 
+@_float16_in_float32()
 def masked_softmax_forward(x, mask, scale):
     """y = softmax(z) over the last dim, z = (x * scale).masked_fill(mask, -inf) for a bool
     mask, x * scale + mask for a float one (of x's dtype), x * scale for None. The mask
@@ -129,6 +173,7 @@ def masked_softmax_forward(x, mask, scale):
     return z
 
 
+@_float16_in_float32()
 def masked_softmax_backward(y, g, scale, bool_mask):
     """gx = scale * y * (g - sum(g * y)) over the last dim. With a bool mask, rows whose
     output is nan (every entry masked) get a zero gradient: torch's masked_fill backward
@@ -492,6 +537,7 @@ def _xp(a):
     return np if isinstance(a, np.ndarray) else devices.cp
 
 
+@_float16_in_float32()
 def layer_norm_forward(x, weight, bias, eps):
     """(y, rstd) of x (rows, n), weight and bias (n,) or None:
 
@@ -517,6 +563,7 @@ def _layer_norm_xhat(x, rstd):
     return xhat
 
 
+@_float16_in_float32()
 def layer_norm_backward(g, x, rstd, weight, needs):
     """(gx, gw, gb) of g (rows, n) for the saved input x and rstd, each None where `needs`
     (for x, weight, bias) is false:
@@ -550,6 +597,7 @@ def layer_norm_backward(g, x, rstd, weight, needs):
     return gh, gw, gb
 
 
+@_float16_in_float32()
 def rms_norm_forward(x, weight, eps):
     """(y, rstd) of x (rows, n), weight (n,) or None:
 
@@ -564,6 +612,7 @@ def rms_norm_forward(x, weight, eps):
     return y, rstd
 
 
+@_float16_in_float32()
 def rms_norm_backward(g, x, rstd, weight, needs):
     """(gx, gw) of g (rows, n), each None where `needs` (for x, weight) is false:
 
@@ -582,6 +631,7 @@ def rms_norm_backward(g, x, rstd, weight, needs):
     return gh, gw
 
 
+@_float16_in_float32(0, 1)
 def cross_entropy_forward(logits, target, ignore_index):
     """(loss, lse) of logits (N, C) and class indices target (N,), already checked to be
     in range where they are not ignore_index:
@@ -596,6 +646,7 @@ def cross_entropy_forward(logits, target, ignore_index):
     return ((lse - picked)[:, 0] * valid).astype(logits.dtype, copy=False), lse
 
 
+@_float16_in_float32()
 def cross_entropy_backward(logits, lse, target, ignore_index, scale):
     """(softmax(logits) - onehot(target)) * scale * (target != ignore_index), with
     softmax = exp(logits - lse); scale is a scalar (0-d) or one value per row (N,)."""
