@@ -38,6 +38,7 @@ OPS = {
     "sum": lambda lib, x: x.sum(-1),
     "sum_strided": lambda lib, x: x.mT.sum(0),  # NumPy sums a strided axis in float16
     "mean": lambda lib, x: x.mean(-1),
+    "mean_strided": lambda lib, x: x.mT.mean(0),
     "softmax": lambda lib, x: F(lib).softmax(x, -1),
     "softmax_dim0": lambda lib, x: F(lib).softmax(x, 0),
     "log_softmax": lambda lib, x: F(lib).log_softmax(x, -1),
@@ -148,3 +149,31 @@ def test_float32_results_stay_float32():
     x = ta.randn(3, 8)
     for name in ("layer_norm", "softmax", "std", "vector_norm", "sum_strided"):
         assert OPS[name](ta, x).dtype is ta.float32, name
+
+
+ROW_KERNELS = {  # kernel: operands built from x (rows, n) and a row vector of n
+    "softmax_forward": lambda x, w: (x,),
+    "log_softmax_forward": lambda x, w: (x,),
+    "masked_softmax_forward": lambda x, w: (x, x * 0, 0.5),
+    "layer_norm_forward": lambda x, w: (x, w, w, 1e-5),
+    "rms_norm_forward": lambda x, w: (x, w, 1e-5),
+}
+
+
+@pytest.mark.parametrize("name", list(ROW_KERNELS))
+def test_float16_kernels_are_the_float32_kernels_rounded(mode, name):
+    """On either path a float16 call runs the reference on float32 copies: its results are
+    the float32 results rounded to float16, bit for bit."""
+    from tinygrad_attn.backend import kernels
+
+    x = _data("large")
+    w = np.linspace(0.5, 1.5, x.shape[1]).astype(np.float16)
+    before = kernels.calls.copy()
+    got = getattr(kernels, name)(*ROW_KERNELS[name](x, w))
+    assert (kernels.calls - before)[name, "numpy"] == 1
+    wide = getattr(kernels.reference, name).__wrapped__(
+        *ROW_KERNELS[name](x.astype(np.float32), w.astype(np.float32)))
+    for a, b in zip(got if isinstance(got, tuple) else (got,),
+                    wide if isinstance(wide, tuple) else (wide,)):
+        assert a.dtype == np.float16
+        assert a.tobytes() == b.astype(np.float16).tobytes()
