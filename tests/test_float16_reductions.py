@@ -65,13 +65,14 @@ OPS = {
     "std": lambda lib, x: x.std(-1),
     "var_mean": lambda lib, x: lib.var_mean(x, -1),
     "std_mean": lambda lib, x: lib.std_mean(x, -1),
+    "logcumsumexp": lambda lib, x: lib.logcumsumexp(x, -1),
 }
 
 
 # Ops whose backward reads their float16 output, in torch and here alike (softmax's y; for
 # logsumexp, y in exp(x - y), checked against that formula below): the gradient carries
 # that output's rounding, so it is held to torch's float16 gradient, not the float32 one.
-GRAD_FROM_OUTPUT = {"softmax", "softmax_dim0"}
+GRAD_FROM_OUTPUT = {"softmax", "softmax_dim0", "logcumsumexp"}
 
 
 def _run(lib, fn, arr, dtype):
@@ -88,14 +89,14 @@ def _run(lib, fn, arr, dtype):
     return outs, x.grad
 
 
-def _close(ours, truth, what):
+def _close(ours, truth, what, tol=2e-3):
     a, b = ours.astype(np.float64), truth.astype(np.float64)
     assert np.array_equal(np.isfinite(a), np.isfinite(b)), what
     a, b = a[np.isfinite(b)], b[np.isfinite(b)]
     if not b.size:  # the result overflows float16 in both (a variance of 4e5)
         return
     # float16 rounding of the result, relative to the largest entry (a few ulp)
-    assert np.abs(a - b).max() <= 2e-3 * max(np.abs(b).max(), 1e-3), (what, np.abs(a - b).max())
+    assert np.abs(a - b).max() <= tol * max(np.abs(b).max(), 1e-3), (what, np.abs(a - b).max())
 
 
 @pytest.mark.parametrize("kind", ["large", "offset", "many"])
@@ -122,7 +123,21 @@ def test_float16_reductions_accumulate_in_float32(name, kind):
         y16 = truth[0].detach().numpy().astype(np.float16).astype(np.float64)
         reference = w.astype(np.float64)[:, None] * np.exp(arr - y16[:, None])
     with np.errstate(over="ignore"):
-        _close(our_grad.numpy(), reference.astype(np.float16), "gradient")
+        # logcumsumexp's gradient reads its float16 output at every step of a long scan:
+        # ours and torch's differ by that rounding, each 4e-3 of the float32 gradient
+        _close(our_grad.numpy(), reference.astype(np.float16), "gradient",
+               tol=1e-2 if name == "logcumsumexp" else 2e-3)
+
+
+@pytest.mark.parametrize("kind", ["large", "offset", "many"])
+def test_float16_cumsum_gradient_accumulates_in_float32(kind):
+    """cumsum's gradient, a reversed cumsum, sums in float32 (its forward is scan.py's)."""
+    torch = pytest.importorskip("torch")
+    arr = _data(kind)
+    _, ours = _run(ta, lambda lib, x: x.cumsum(-1), arr, np.float16)
+    _, truth = _run(torch, lambda lib, x: x.cumsum(-1), arr, np.float32)
+    assert ours.dtype is ta.float16
+    _close(ours.numpy(), truth.numpy().astype(np.float16), "gradient")
 
 
 @pytest.mark.parametrize("causal", [True, False])

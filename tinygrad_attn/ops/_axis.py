@@ -25,18 +25,25 @@ def scan(xp, fn, A, axis: int):
     Hillis-Steele doubling: log2(n) passes of `out[k:] = fn(out[k:], out[:-k])`, each a
     whole-array op, so it runs unchanged on CuPy (which has no ufunc.accumulate for most
     ufuncs). `fn` must be associative (maximum, minimum, logaddexp).
+    float16 is scanned in float32 and rounded once, as torch accumulates half: each of the
+    log2(n) passes would otherwise round (a logcumsumexp over 5000 float16 values drifted
+    by 1e-3 of its size).
     """
-    out = xp.moveaxis(A, axis, -1).copy()
+    half = A.dtype == "float16"
+    out = xp.moveaxis(A, axis, -1).astype("float32" if half else A.dtype, order="C")  # a copy
     n, step = out.shape[-1], 1
     while step < n:
         out[..., step:] = fn(out[..., step:], out[..., :-step])  # right side read first
         step *= 2
-    return xp.moveaxis(out, -1, axis)
+    return xp.moveaxis(out.astype(A.dtype, copy=False), -1, axis)
 
 
 def reverse_cumsum(xp, A, axis: int):
-    """sum_{j >= i} A_j along axis (the adjoint of cumsum)."""
+    """sum_{j >= i} A_j along axis (the adjoint of cumsum); float16 summed in float32 (a
+    float16 running sum stops moving once it is large) and rounded once."""
     flipped = xp.flip(A, axis)
+    if A.dtype == "float16":
+        return xp.flip(xp.cumsum(flipped, axis=axis, dtype="float32").astype(A.dtype), axis)
     return xp.flip(xp.cumsum(flipped, axis=axis), axis)
 
 
