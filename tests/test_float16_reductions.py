@@ -140,6 +140,18 @@ def test_float16_cumsum_gradient_accumulates_in_float32(kind):
     _close(ours.numpy(), truth.numpy().astype(np.float16), "gradient")
 
 
+@pytest.mark.parametrize("n", [64, 3000])
+def test_float16_prod_multiplies_in_float32(n):
+    """Products of float16 values near 1 (a float16 running product drifts by most of it)."""
+    torch = pytest.importorskip("torch")
+    arr = (1 + np.random.default_rng(0).uniform(-1e-3, 3e-3, (2, n))).astype(np.float16)
+    (ours,), our_grad = _run(ta, lambda lib, x: x.prod(-1), arr, np.float16)
+    (truth,), true_grad = _run(torch, lambda lib, x: x.prod(-1), arr, np.float32)
+    assert ours.dtype is ta.float16 and our_grad.dtype is ta.float16
+    _close(ours.detach().numpy(), truth.detach().numpy().astype(np.float16), "output")
+    _close(our_grad.numpy(), true_grad.numpy().astype(np.float16), "gradient")
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("block_size", [None, 16])
 def test_float16_attention_runs_in_float32(mode, causal, block_size):

@@ -40,7 +40,8 @@ class Prod(Function):
     """y = prod(x, dims);  gx_k = g * prod_{i != k} x_i (over the reduced dims).
 
     Zero-safe, as torch's: the product of the others is the exclusive cumprod from the left
-    times the one from the right, never y / x. Saves the input.
+    times the one from the right, never y / x. Saves the input. float16 is multiplied in
+    float32 and rounded once.
     """
 
     @staticmethod
@@ -53,16 +54,20 @@ class Prod(Function):
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
         ctx.save_for_backward(x)
         xp = backend.xp_for(x.device)
+        if out_dtype is backend.float16:  # NumPy multiplies float16 in float16: 5000 factors
+            #                               near 1 drifted by most of the product
+            Y = xp.prod(x._array(), axis=axes, keepdims=keepdim, dtype="float32")
+            return from_array(Y.astype(out_dtype.np))
         return from_array(xp.prod(x._array(), axis=axes, keepdims=keepdim, dtype=out_dtype.np))
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         xp = backend.xp_for(x.device)
-        X = x._array()
+        X = wide(x._array())  # float16: the running products in float32, rounded once
         G = _grad_keep(g, ctx.shape, ctx.axes, ctx.keepdim)
         if X.size == 0:
-            return from_array(xp.zeros(X.shape, dtype=X.dtype))
+            return from_array(xp.zeros(X.shape, dtype=x.dtype.np))
         kept = [i for i in range(X.ndim) if i not in ctx.axes]
         perm = kept + list(ctx.axes)
         moved = xp.transpose(X, perm)
@@ -74,7 +79,7 @@ class Prod(Function):
                                            -1), axis=-1), -1)
         others = (left * right).reshape(moved.shape)
         inverse = sorted(range(len(perm)), key=perm.__getitem__)
-        return from_array(xp.transpose(others, inverse) * G)
+        return from_array((xp.transpose(others, inverse) * G).astype(G.dtype, copy=False))
 
 
 class AMaxMin(Function):
