@@ -102,6 +102,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         is_int = all(isinstance(v, int) for v in (start, end, step))
         dtype = backend.int64 if is_int else backend.get_default_dtype()
     dtype = backend.to_dtype(dtype)
+    _no_bool_range("arange", dtype)
     device = backend.canonical_device(device)
     xp = backend.xp_for(device)
     with backend.on_device(device):
@@ -109,8 +110,17 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return _finish(arr, requires_grad)
 
 
+def _no_bool_range(op: str, dtype) -> None:
+    if dtype is backend.bool_:  # torch has no bool kernel for a range of values
+        raise NotImplementedError(f"{op}: not implemented for bool; make the range in an "
+                                  "integer dtype and compare it")
+
+
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False) -> Tensor:
     dtype, device = _dtype(dtype), backend.canonical_device(device)
+    _no_bool_range("linspace", dtype)
+    for value in (start, end):  # the end points must fit the dtype, as torch checks them
+        checked_scalar("linspace", value, dtype)
     xp = backend.xp_for(device)
     with backend.on_device(device):
         arr = xp.linspace(start, end, steps).astype(dtype.np)

@@ -18,8 +18,10 @@ def _parse(equation: str, operands) -> tuple[list[str], str]:
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(operands):
-        raise ValueError(f"einsum: equation {equation!r} names {len(terms)} operands, got "
+        raise ShapeError(f"einsum: equation {equation!r} names {len(terms)} operands, got "
                          f"{len(operands)}")
+    for i, term in enumerate(terms + ([rhs] if arrow else [])):
+        _check_dots(equation, term, f"operand {i}" if i < len(terms) else "the output")
     n_ell = 0
     for term, t in zip(terms, operands):
         if "..." in term:
@@ -34,8 +36,8 @@ def _parse(equation: str, operands) -> tuple[list[str], str]:
         if "..." in term:
             k = t.ndim - (len(term) - 3)
             term = term.replace("...", ell[n_ell - k:] if k else "")
-        if len(term) != t.ndim or not term.isalpha():
-            raise ValueError(f"einsum: subscripts {term!r} do not match an operand of shape "
+        if len(term) != t.ndim or (term and not term.isalpha()):  # '' is a 0-d operand's
+            raise ShapeError(f"einsum: subscripts {term!r} do not match an operand of shape "
                              f"{tuple(t.shape)}")
         subs.append(term)
     if arrow:
@@ -44,8 +46,18 @@ def _parse(equation: str, operands) -> tuple[list[str], str]:
         counts = {c: "".join(subs).count(c) for c in set("".join(subs))}
         out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
     if len(set(out)) != len(out) or not set(out) <= set("".join(subs)):
-        raise ValueError(f"einsum: output subscripts {out!r} must be distinct input letters")
+        raise ShapeError(f"einsum: output subscripts {out!r} must be distinct input letters")
     return subs, out
+
+
+def _check_dots(equation: str, term: str, what: str) -> None:
+    """torch's reading of '.': only as one '...' per operand (and one in the output)."""
+    dots = term.count(".")
+    if dots and (dots != 3 or "..." not in term):
+        problem = ("an ellipsis was already found" if term.count("...") > 1
+                   else "it is not part of an ellipsis ('...')")
+        raise RuntimeError(f"einsum: equation {equation!r}: found '.' in {what} "
+                           f"({term!r}) but {problem}")
 
 
 def _single(t: Tensor, sub: str, keep: str) -> tuple[Tensor, str]:
@@ -134,6 +146,6 @@ def einsum(equation: str, *operands) -> Tensor:
         later = "".join(subs[k + 1:])
         t, sub = _pair(t, sub, operands[k], subs[k], out + later, sizes)
     t, sub = _single(t, sub, out)
-    if sub != out:
+    if sub != out or any(t is o for o in operands):  # never an operand itself: a view, as torch
         t = permute(t, tuple(sub.index(c) for c in out))
     return t

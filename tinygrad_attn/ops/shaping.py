@@ -377,14 +377,39 @@ def unfold(x, dimension, size, step):
 
 # ----------------------------------------------------------------------------- pad
 def _source_positions(xp, n, left, right, mode):
-    """For each output position of a padded dim, the input position it reads."""
+    """For each output position of a padded dim, the input position it reads. A negative pad
+    crops that side (as torch): reflect and replicate read the output's positions from the
+    whole input, circular wraps around what is left once the negative sides are cropped."""
+    if mode == "circular":
+        start = max(-left, 0)
+        kept = n - start - max(-right, 0)
+        p = xp.arange(-max(left, 0), kept + max(right, 0), dtype=xp.int64)
+        return start + p % kept if kept > 0 else p
     p = xp.arange(-left, n + right, dtype=xp.int64)
     if mode == "reflect":
         p = xp.abs(p)
         return xp.where(p >= n, 2 * (n - 1) - p, p)
-    if mode == "replicate":
-        return xp.clip(p, 0, n - 1)
-    return p % n  # circular
+    return xp.clip(p, 0, n - 1)  # replicate
+
+
+def _check_pad(mode, n, lo, hi, d, shape, pads):
+    """torch's limits for a non-constant pad of a dim of size n (negative pads crop)."""
+    out = n + lo + hi
+    where = f"for dim {d} of shape {tuple(shape)} (pad {pads})"
+    if mode == "circular":
+        kept = n - max(-lo, 0) - max(-hi, 0)
+        if out < 0 or (out > 0 and kept <= 0):  # (torch reads memory it never wrote there)
+            raise RuntimeError(f"pad: negative circular padding leaves an empty dim {where}")
+        if max(lo, 0) > kept or max(hi, 0) > kept:
+            raise RuntimeError(f"pad: circular padding ({lo}, {hi}) must be at most the "
+                               f"{kept} elements left after cropping {where}")
+        return
+    if mode == "reflect" and (lo >= n or hi >= n):
+        raise RuntimeError(f"pad: reflect padding ({lo}, {hi}) must be less than the "
+                           f"input's size {n} {where}")
+    if n == 0 or out <= 0:
+        raise RuntimeError(f"pad: input of size {n} is too small: {mode} padding ({lo}, {hi}) "
+                           f"gives an output of size {out} {where}")
 
 
 class Pad(Function):
@@ -403,7 +428,8 @@ class Pad(Function):
             out_shape = list(x.shape)
             for d, (lo, hi) in zip(dims, pairs):
                 out_shape[d] += lo + hi
-                if out_shape[d] < 0:
+                # negative pads crop (torch narrows): never more than the dim holds
+                if out_shape[d] < 0 or x.shape[d] - max(-lo, 0) - max(-hi, 0) < 0:
                     raise RuntimeError(f"pad: padding {pads} gives a negative size for dim {d} "
                                        f"of shape {tuple(x.shape)}")
             out = xp.full(out_shape, value, dtype=X.dtype)
@@ -412,13 +438,7 @@ class Pad(Function):
             return from_array(out)
         for d, (lo, hi) in zip(dims, pairs):
             n = x.shape[d]
-            limit = n - 1 if mode == "reflect" else n
-            if mode != "replicate" and (lo > limit or hi > limit):
-                raise RuntimeError(f"pad: {mode} padding ({lo}, {hi}) must be at most {limit} "
-                                   f"for dim {d} of shape {tuple(x.shape)}")
-            if n == 0 or lo < 0 or hi < 0:
-                raise RuntimeError(f"pad: {mode} padding needs a non-empty dim {d} and "
-                                   f"non-negative pads (shape {tuple(x.shape)}, pad {pads})")
+            _check_pad(mode, n, lo, hi, d, x.shape, pads)
             X = xp.take(X, _source_positions(xp, n, lo, hi, mode), axis=d)
         return from_array(X)
 
@@ -467,5 +487,11 @@ def pad(x, pad, mode="constant", value=None):  # noqa: A002 - torch's names
         raise NotImplementedError(f"pad: mode {mode!r} is not one of {_MODES}")
     if mode != "constant" and value not in (None, 0):
         raise RuntimeError(f"pad: padding mode {mode!r} doesn't take in value argument")
+    if mode != "constant" and x.ndim - len(pads) // 2 not in (1, 2):
+        # torch's combinations: a batch dim (and maybe a channel dim) before the padded ones
+        raise NotImplementedError(
+            f"pad: {mode} padding of size {len(pads)} is not supported for a {x.ndim}-D "
+            f"input (shape {tuple(x.shape)}); it pads the last 1, 2 or 3 dims of a 2-3, "
+            f"3-4 or 4-5 D input, as torch")
     return Pad.apply(x, pads, mode, 0 if value is None else value)
 
