@@ -105,8 +105,11 @@ def view_strides(shape: Shape, strides: Strides, new_shape: Shape) -> Strides | 
     The rule PyTorch uses: the old dims are cut into chunks that are each contiguous in
     memory; every new dim must fall inside one chunk.
     """
-    if numel(shape) <= 1 or not shape:  # empty or one element: any strides describe it
+    if not shape:  # 0-d: every new dim has size 1
         return contiguous_strides(new_shape)
+    if numel(shape) == 0:  # no elements: any strides describe it; torch keeps them if it can
+        return tuple(strides) if tuple(shape) == tuple(new_shape) else (
+            contiguous_strides(new_shape))
     new_strides = [0] * len(new_shape)
     view_d = len(new_shape) - 1
     chunk_base_stride = strides[-1] if strides else 1

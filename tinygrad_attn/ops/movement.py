@@ -167,24 +167,25 @@ class Expand(Function):
                 f"{x.ndim} (shape {tuple(x.shape)} to {shape})"
             )
         lead = len(shape) - x.ndim
-        new_shape, new_strides = [], []
-        for i, size in enumerate(shape):
+        new_shape, new_strides = [0] * len(shape), [0] * len(shape)
+        for i in range(len(shape) - 1, -1, -1):  # torch's order: last dim first
+            size = shape[i]
             if size < -1 or (size == -1 and i < lead):
                 what = "-1 is not allowed in a new leading dim" if size == -1 else (
                     "sizes must be >= 0, or -1 to keep a dim")
                 raise ShapeError(f"expand: invalid size {size} at dim {i}: {what} (shape "
                                  f"{tuple(x.shape)} to {shape})")
             if i < lead:
-                new_shape.append(size)
-                new_strides.append(0)
+                # a new dim reads the same elements again (stride 0); one of size 1 gets
+                # the stride a contiguous dim there would have, as torch's does
+                after = new_shape[i + 1] * new_strides[i + 1] if i + 1 < len(shape) else 0
+                new_shape[i], new_strides[i] = size, after if size == 1 else 0
                 continue
             old, stride = x.shape[i - lead], x._strides[i - lead]
             if size == -1 or size == old:
-                new_shape.append(old)
-                new_strides.append(stride)
+                new_shape[i], new_strides[i] = old, stride
             elif old == 1:
-                new_shape.append(size)
-                new_strides.append(0)
+                new_shape[i], new_strides[i] = size, 0
             else:
                 raise ShapeError(
                     f"expand: the expanded size {size} must match the existing size {old} at "
