@@ -14,7 +14,9 @@ backward) is attributed to the module that asked for it.
 
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict, namedtuple
+from collections.abc import Mapping
 
 import tinygrad_attn as ta
 
@@ -227,10 +229,15 @@ class Module:
         """Copy values into the parameters and buffers in place (ties stay tied).
 
         Every key is checked before anything is written: a shape mismatch always raises,
-        and with strict=True so do missing and unexpected keys. Values may be ta.Tensors
-        or anything ta.tensor accepts (NumPy arrays); they are cast to each target's dtype
-        and device.
+        and with strict=True so do missing and unexpected keys, and so does a value that
+        is neither a Tensor nor an array (None, a list: RuntimeError naming the key, as
+        torch). Values may be ta.Tensors or NumPy arrays; they are cast to each target's
+        dtype and device. A state_dict that is not a mapping (a list, a path) is a
+        TypeError, as torch's.
         """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}; "
+                            f"load a file first (nn.load(path)) and pass the dict it returns")
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
@@ -245,6 +252,11 @@ class Module:
                 continue
             value = state_dict[key]
             if type(value) is not ta.Tensor:
+                if not (hasattr(value, "shape") and hasattr(value, "dtype")):  # an array
+                    problems.append(f"while copying the parameter named {key!r}: expected a "
+                                    f"Tensor or an array from the checkpoint, got "
+                                    f"{type(value).__name__}")
+                    continue
                 value = ta.tensor(value)
             if tuple(value.shape) != tuple(target.shape):
                 problems.append(
@@ -326,6 +338,11 @@ class Module:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
+        required = _TENSOR_ARGS.get(type(self))
+        if required is None:
+            required = _TENSOR_ARGS[type(self)] = _tensor_args(type(self))
+        if required:
+            _check_tensor_args(self, required, args, kwargs)
         with ta.memory.module_scope(self):
             return self.forward(*args, **kwargs)
 
@@ -347,6 +364,38 @@ class Module:
         if not lines:
             return head + ")"
         return head + "\n" + "\n".join(lines) + "\n)"
+
+
+# Which forward arguments must be tensors, per Module class: for this package's own layers,
+# every required positional argument of forward (x, idx, input, target). A user's module
+# may take anything, so only the nn package's classes are checked; a container
+# (Sequential) passes its input to a child, which checks it.
+_TENSOR_ARGS: dict = {}
+
+
+def _tensor_args(cls) -> tuple:
+    if cls.__module__.partition(".")[0] != "nn" or cls.forward is Module.forward:
+        return ()
+    if cls.forward is Sequential.forward:
+        return ()
+    params = list(inspect.signature(cls.forward).parameters.values())[1:]
+    return tuple(p.name for p in params
+                 if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty)
+
+
+def _check_tensor_args(module: Module, names: tuple, args: tuple, kwargs: dict) -> None:
+    """A non-Tensor where a layer needs a tensor is a TypeError naming the layer and the
+    argument, as torch's (`layer_norm(): argument 'input' (position 1) must be Tensor`),
+    not an AttributeError from deep inside an op."""
+    for i, name in enumerate(names):
+        value = args[i] if i < len(args) else kwargs.get(name, _MISSING)
+        if value is _MISSING or type(value) is ta.Tensor:
+            continue  # a missing argument: Python's own TypeError says so
+        raise TypeError(f"{type(module).__name__}.forward(): argument {name!r} (position "
+                        f"{i + 1}) must be Tensor, not {type(value).__name__}")
+
+
+_MISSING = object()
 
 
 class Sequential(Module):

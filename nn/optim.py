@@ -19,6 +19,8 @@ What a step allocates beyond that state, per parameter:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import tinygrad_attn as ta
 
 from .module import zero_grads
@@ -104,7 +106,16 @@ class Optimizer:
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore hyperparameters and state; tensors are copied into fresh buffers shaped,
-        typed and placed like their parameters."""
+        typed and placed like their parameters. Everything is checked before anything
+        changes: a state_dict that is not a mapping (a list, a path) is a TypeError, a
+        missing "state" or "param_groups" entry a KeyError naming it, as torch's."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}; "
+                            "pass the dict optimizer.state_dict() returned")
+        for key in ("state", "param_groups"):
+            if key not in state_dict:
+                raise KeyError(f"load_state_dict: the optimizer state has no {key!r} entry "
+                               f"(it has {sorted(map(str, state_dict))})")
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(
@@ -120,6 +131,10 @@ class Optimizer:
                 )
             params.extend(zip(saved["params"], group["params"]))
         state = {int(k): v for k, v in state_dict["state"].items()}
+        for k, v in state.items():
+            if not isinstance(v, Mapping):
+                raise TypeError(f"load_state_dict: the state of parameter {k} must be a dict "
+                                f"of buffers and numbers, got {type(v).__name__}")
         self.state = {}
         for saved_index, p in params:
             if saved_index in state:

@@ -66,6 +66,8 @@ DIFFERENCES = {
     "masked_softmax": "with a bool mask, a row made nan by a nan input gets a zero gradient "
                       "(the composition: nan at its unmasked entries); a float mask must "
                       "have x's dtype",
+    "load_state_dict": "Module.load_state_dict also takes NumPy/CuPy arrays as values (torch "
+                       "wants tensors)",
 }
 
 
