@@ -186,6 +186,21 @@ def scalar_as(value, dtype: DType):
     return dtype.np.type(value)
 
 
+_LIMITS: dict = {}  # dtype -> (lowest, highest) number a stored value may be
+_INF = float("inf")
+
+
+def _limits(dtype: DType) -> tuple:
+    kind = dtype.np.kind
+    if kind in "iu":
+        info = np.iinfo(dtype.np)
+        return (-int(info.max) if kind == "u" else int(info.min)), int(info.max)
+    if kind == "f":
+        top = float(np.finfo(dtype.np).max)
+        return -top, top
+    return -_INF, _INF
+
+
 def checked_scalar(op: str, value, dtype: DType):
     """A Python number that an op stores into a tensor of `dtype` as a value (fill_,
     masked_fill_, setitem, clamp's bounds, full, add_'s alpha): unlike an arithmetic
@@ -194,17 +209,14 @@ def checked_scalar(op: str, value, dtype: DType):
     wrapped (uint8: -1 is 255); infinities and nan fit every float dtype."""
     if type(value) is bool or not isinstance(value, (int, float)):
         return value
+    limits = _LIMITS.get(dtype)
+    if limits is None:
+        limits = _LIMITS[dtype] = _limits(dtype)
+    low, high = limits
     kind = dtype.np.kind
-    if kind in "iu":
-        info = np.iinfo(dtype.np)
-        low = -int(info.max) if kind == "u" else int(info.min)
-        fits = value != value or low <= value <= int(info.max)  # nan: numpy's cast decides
-    elif kind == "f":
-        fits = value != value or abs(value) == float("inf") or abs(value) <= float(
-            np.finfo(dtype.np).max)
-    else:
-        fits = True
-    if not fits:
+    # nan fits (numpy's cast decides); so do the infinities in a float dtype
+    overflows = not low <= value <= high and not (kind == "f" and abs(value) == _INF)
+    if overflows and value == value:
         raise RuntimeError(f"{op}: value {value} cannot be converted to type {dtype.name} "
                            "without overflow")
     if kind in "iu" and isinstance(value, float):

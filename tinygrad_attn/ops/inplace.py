@@ -456,6 +456,8 @@ def _check_adamw_quad(op: str, tensors) -> None:
         if t.dtype != param.dtype:
             raise TypeError(f"{op}: {name} is {t.dtype.name}, param is {param.dtype.name}")
     check_same_device(op, *tensors)
+    for t in (tensors[0], tensors[2], tensors[3]):  # the three written (grad is only read)
+        check_internal_overlap(op, t._shape, t._strides)
     for i in range(4):
         for j in range(i + 1, 4):
             if tensors[i]._storage is tensors[j]._storage:
