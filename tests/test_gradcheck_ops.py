@@ -865,9 +865,9 @@ def test_cross_entropy_matches_torch_and_rejects_bad_input():
     ce = ta.functional.cross_entropy
     with pytest.raises(ta.ShapeError, match=r"cross_entropy: expected logits \(N, C\)"):
         ce(logits, target[:3])
-    with pytest.raises(IndexError, match="cross_entropy: target out of range"):
+    with pytest.raises(IndexError, match="cross_entropy: Target 4 is out of bounds"):
         ce(logits, ta.tensor([0, 1, 2, 3, 4, 0, 0]))
-    with pytest.raises(TypeError, match="cross_entropy: target must be integer"):
+    with pytest.raises(RuntimeError, match="cross_entropy: a float"):
         ce(logits, ta.zeros(7))
 
 
