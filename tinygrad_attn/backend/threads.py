@@ -34,7 +34,7 @@ ENV = "TINYGRAD_ATTN_NUM_THREADS"
 ENV_VARS = (ENV, "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
 OPENBLAS_THREAD_TIMEOUT = "4"  # the smallest OpenBLAS takes: 2^4 cycles of spinning
 
-_state = {"n": None, "env": None, "compiled": None, "openblas": None}
+_state = {"n": None, "env": None, "compiled": None, "openblas": None, "forked_blas": False}
 _local = threading.local()  # .n: the count numba was last given in this thread
 
 
@@ -135,7 +135,7 @@ def set_num_threads(n: int) -> None:
         raise ValueError(f"set_num_threads: expected a positive int, got {n!r}")
     _state["n"] = n
     blas = _openblas()
-    if blas:
+    if blas and not _state["forked_blas"]:
         blas[1](ctypes.c_int(n))
     if _state["compiled"] is not None:
         _state["compiled"].set_num_threads(n)
@@ -154,7 +154,7 @@ def spare_one_cpu(spare: bool) -> None:
     works; OpenBLAS's threads meeting at the end of every GEMM would otherwise wait on the
     one that shares that core."""
     blas = _openblas()
-    if blas:
+    if blas and not _state["forked_blas"]:
         n = get_num_threads()
         blas[1](ctypes.c_int(max(1, n - 1) if spare else n))
 
@@ -174,6 +174,33 @@ def sync_compiled() -> None:
         _local.n = n
 
 
+# fork. OpenBLAS's threaded GEMM driver holds a lock of its own for the whole of a GEMM, and
+# its at-fork handler, which stops its pool, leaves that lock as it was: a child forked
+# while another thread was inside a GEMM (NumPy lets go of the GIL there) waits on it at its
+# first threaded GEMM, forever. The one-thread driver never takes it, so a child forked while
+# other threads ran keeps OpenBLAS on one thread (as a data-loading worker would anyway);
+# the engine's count still drives numba's pool. A child of a single-threaded process is
+# left alone: nothing can have held the lock.
+_fork = {"others": 0}
+
+
+def _before_fork() -> None:
+    _fork["others"] = threading.active_count() - 1
+
+
+def _after_fork_in_child() -> None:
+    if _fork["others"] and _openblas():
+        _state["forked_blas"] = True
+        _openblas()[1](ctypes.c_int(1))
+
+
+def forked_blas() -> bool:
+    """Whether OpenBLAS is held at one thread in this process (a child forked while other
+    threads ran: see the note above _before_fork)."""
+    return _state["forked_blas"]
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 _state["env"] = _from_env() or _cpus()  # read once, at import, as the other libraries do
 _load_numpy()
 if _own_env() is not None and _openblas():  # NumPy was loaded before the project

@@ -80,8 +80,10 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 calls: collections.Counter = collections.Counter()  # (kernel name, "numba" | "numpy") -> n
 
-_state = {"mode": "auto", "compiled": None, "auto_off": None}
+_state = {"mode": "auto", "compiled": None, "auto_off": None, "forked_off": None,
+          "refused": None}
 _state["launch"] = threading.RLock()  # one compiled kernel at a time (see the docstring)
+_state["loading"] = threading.RLock()  # held while the compiled package (numba) imports
 
 
 def _check_mode(mode, where: str) -> str:
@@ -96,10 +98,14 @@ def numba_available() -> bool:
 
 
 def _load_compiled():
-    """The compiled package, imported on first use (this is when numba is imported)."""
+    """The compiled package, imported on first use (this is when numba is imported), under
+    the loading lock, so that a fork can tell whether a thread is importing it."""
     if _state["compiled"] is None:
-        _state["compiled"] = importlib.import_module(".compiled", __name__)
-        threads.apply_to_compiled(_state["compiled"])  # its pool follows the engine's count
+        with _state["loading"]:
+            if _state["compiled"] is None:
+                module = importlib.import_module(".compiled", __name__)
+                threads.apply_to_compiled(module)  # its pool follows the engine's count
+                _state["compiled"] = module
     return _state["compiled"]
 
 
@@ -123,6 +129,9 @@ def set_kernels(mode: str) -> None:
 
     "numba" without numba installed raises ImportError and leaves the mode as it was."""
     _check_mode(mode, "set_kernels")
+    if mode != "numpy" and _state["forked_off"] is not None:
+        raise RuntimeError(f"set_kernels({mode!r}): {_state['forked_off']}; only 'numpy' "
+                           "runs in this process")
     if mode == "numba" and not numba_available():
         raise ImportError("set_kernels: 'numba' needs numba; install the fast extra: "
                           "pip install 'tinygrad_attn[fast]'")
@@ -179,7 +188,10 @@ def _launch(fast, *args, **kwargs):
     launching at once) and on this thread's share of the engine's thread count."""
     with _state["launch"]:
         threads.sync_compiled()
-        return fast(*args, **kwargs)
+        try:
+            return fast(*args, **kwargs)
+        except _state["compiled"].CompileRefused:  # a child forked mid-compile (below)
+            return _refused()
 
 
 def _try_launch(fast, *args, **kwargs):
@@ -197,6 +209,8 @@ def _try_launch(fast, *args, **kwargs):
     try:
         threads.sync_compiled()
         return fast(*args, **kwargs)
+    except _state["compiled"].CompileRefused:
+        return _refused()
     finally:
         lock.release()
 
@@ -350,6 +364,8 @@ def _first_call(key, name: str, args: tuple, kwargs: dict):
                 if out is not NotImplemented:
                     _bg["ready"].add(key)
                     return out
+                if _state["refused"] is not None:  # a forked child: no load will come
+                    _bg["missed"].add(key)
     with _bg["cond"]:
         if key not in _bg["queued"] and key not in _bg["ready"] and not _bg["closed"]:
             _bg["queued"].add(key)
@@ -557,10 +573,50 @@ def _at_exit() -> None:
         pass
 
 
+# ----------------------------------------------------------------------------- fork
+# A fork copies only the thread that calls it; a lock another thread holds at that moment
+# stays held in the child, forever. Which locks matter: the kernel lock and the compiler's
+# queue (ours: made afresh in the child); numba's compiler lock, held while a kernel
+# compiles (seconds) or loads from the cache, by the caller's thread ("numba" mode, and
+# "auto"'s first calls) or by the compiler thread; numba's threading-layer lock, held while
+# its pool starts; and our loading lock, held while numba imports. A fork must not wait for
+# them (a compile takes seconds, and a lock is not fair: the compiler thread took it again
+# for its next kernel before a waiting fork woke, and a fork waited 75 s), so each is taken
+# if it is free at that moment and held over the fork, which makes the child's copy
+# consistent; one that another thread holds makes the child refuse what needs it.
+_fork: dict = {"held": [], "busy": []}
+
+
+def _fork_locks() -> list:
+    locks = [("loading", _state["loading"])]
+    if _state["compiled"] is not None:
+        locks += _state["compiled"].fork_locks()
+    return [(name, lock) for name, lock in locks if lock is not None]
+
+
+def _before_fork() -> None:
+    held, busy = [], []
+    for name, lock in _fork_locks():
+        if lock.acquire(blocking=False):
+            held.append(lock)
+        else:
+            busy.append(name)
+    _fork["held"], _fork["busy"] = held, busy
+
+
+def _after_fork_in_parent() -> None:
+    for lock in reversed(_fork["held"]):
+        lock.release()
+    _fork["held"] = []
+
+
 def _after_fork_in_child() -> None:
-    # a child forked while another thread held a lock would wait on it forever, and the
-    # compiler thread does not exist in the child: fresh ones (compiled kernels stay
+    # the locks held over the fork belong to this thread, here as in the parent; the
+    # compiler thread does not exist here: fresh locks and queue (compiled kernels stay
     # ready); the parent's worker is the parent's: its pipes are closed here, unused
+    for lock in reversed(_fork["held"]):
+        lock.release()
+    _fork["held"] = []
     _state["launch"] = threading.RLock()
     if _bg["spared"]:
         _spare_a_cpu(False)
@@ -569,13 +625,37 @@ def _after_fork_in_child() -> None:
         worker.stdin.close()
         worker.stdout.close()
     _fresh_queue()
+    busy = _fork["busy"]
+    if "loading" in busy or "threading layer" in busy:
+        # numba half imported, or its pool half started: no compiled kernel can run here
+        what = "importing numba" if "loading" in busy else "starting numba's thread pool"
+        _state["forked_off"] = (f"this process was forked while another thread was {what}, "
+                                "so the compiled kernels cannot run in it")
+        _state["mode"] = "numpy"
+        _bg["closed"] = True
+        warnings.warn(f"tinygrad_attn: {_state['forked_off']}; the NumPy reference kernels "
+                      "run instead", RuntimeWarning, stacklevel=1)
+    elif "compiler" in busy:
+        # the kernels compiled before the fork run; one that would compile or load refuses
+        _state["refused"] = ("this process was forked while another thread was compiling a "
+                             "kernel, so kernels not compiled before the fork cannot be "
+                             "compiled in it")
+        _state["compiled"].refuse_compiles(_state["refused"])
+        _bg["closed"] = True  # nothing queued here could be loaded
+
+
+def _refused():
+    """A kernel refused to compile (a child forked mid-compile): said once, the reference
+    runs."""
+    if _state["refused"]:
+        warnings.warn(f"tinygrad_attn: {_state['refused']}; those run the NumPy reference "
+                      "kernels", RuntimeWarning, stacklevel=3)
+        _state["refused"] = ""  # warned; still refusing
+    return NotImplemented
 
 
 atexit.register(_at_exit)
-# a fork waits for the compile in flight: numba's compiler lock, held by a thread the
-# child does not have, would stop every compile in the child
-os.register_at_fork(before=lambda: _bg["compiling"].acquire(),
-                    after_in_parent=lambda: _bg["compiling"].release(),
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                     after_in_child=_after_fork_in_child)
 
 

@@ -18,12 +18,24 @@ How the kernels are written, and why (docs/kernels.md has the measurements):
 - `cache=True`: each kernel compiles once per dtype on first use (a fraction of a second)
   and loads from numba's on-disk cache after that (milliseconds).
 - The threading layer is "workqueue" (unless NUMBA_THREADING_LAYER says otherwise), chosen
-  before any kernel runs: numba's own pool, no OpenMP runtime to fight OpenBLAS's, and safe
-  across `fork`. It aborts the process when two threads launch parallel kernels at once,
-  GIL or no GIL, so `kernels/__init__.py` calls the kernels here under one lock.
+  before any kernel runs: numba's own pool, no OpenMP runtime to fight OpenBLAS's, and a
+  pool that starts again in a forked child. It aborts the process when two threads launch
+  parallel kernels at once, GIL or no GIL, so `kernels/__init__.py` calls the kernels here
+  under one lock.
+- fork: numba's compiler lock, held by a thread that is compiling, would be held forever in
+  a child forked meanwhile. `fork_locks` names the locks a fork must find free, and
+  `refuse_compiles` makes the child raise CompileRefused instead of waiting on one
+  (kernels/__init__.py decides, at each fork, without waiting).
 """
 
-from ._common import NotCached, cache_only, set_num_threads  # noqa: F401
+from ._common import (  # noqa: F401
+    CompileRefused,
+    NotCached,
+    cache_only,
+    fork_locks,
+    refuse_compiles,
+    set_num_threads,
+)
 from .activations import (  # noqa: F401
     bias_gelu_backward,
     bias_gelu_forward,

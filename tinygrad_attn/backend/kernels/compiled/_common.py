@@ -52,6 +52,47 @@ class _CompileGuard(event.Listener):
 event.register("numba:compile", _CompileGuard())
 
 
+class CompileRefused(RuntimeError):
+    """Raised, in a child forked while another thread was compiling, where numba would have
+    to compile or load a kernel (see refuse_compiles)."""
+
+
+_refused = {"why": None}
+
+
+class _CompilerLockGuard(event.Listener):
+    # numba announces "numba:compiler_lock" before it takes its compiler lock
+    def on_start(self, ev):
+        why = _refused["why"]
+        if why is not None:
+            raise CompileRefused(why)
+
+    def on_end(self, ev):
+        pass
+
+
+event.register("numba:compiler_lock", _CompilerLockGuard())
+
+
+def fork_locks() -> list:
+    """(name, lock) for numba's locks that a forked child finds as they were at the fork:
+    the compiler's (held while a kernel compiles or loads from the cache) and the threading
+    layer's (held while its pool starts). A lock held then by another thread stays held in
+    the child, where that thread does not exist: whoever takes it there waits forever."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.np.ufunc import parallel
+
+    return [("compiler", getattr(global_compiler_lock, "_lock", None)),
+            ("threading layer", getattr(parallel, "_backend_init_thread_lock", None))]
+
+
+def refuse_compiles(why: str) -> None:
+    """From now on, in this process, a kernel that would compile or load raises
+    CompileRefused (before numba takes its compiler lock) instead; the kernels compiled
+    already run as before. For a child forked while another thread held that lock."""
+    _refused["why"] = why
+
+
 @contextlib.contextmanager
 def cache_only():
     """Inside, in this thread: a kernel not compiled in this process yet loads from numba's
