@@ -29,7 +29,7 @@ def _ar(lib, n=5):
     return lib.arange(float(n))
 
 
-ROWS = {
+WRITES = {
     # internal overlap of the target
     "add_": lambda lib: _expanded(lib).add_(1),
     "sub_": lambda lib: _expanded(lib).sub_(1, alpha=2),
@@ -90,11 +90,11 @@ def _outcome(lib, fn):
     return None, None if out is None else np.asarray(out.tolist())
 
 
-@pytest.mark.parametrize("name", list(ROWS))
+@pytest.mark.parametrize("name", list(WRITES))
 def test_overlap_matches_torch(name):
     torch = pytest.importorskip("torch")
-    want_err, want = _outcome(torch, ROWS[name])
-    got_err, got = _outcome(ta, ROWS[name])
+    want_err, want = _outcome(torch, WRITES[name])
+    got_err, got = _outcome(ta, WRITES[name])
     if want_err is not None:
         assert got_err is not None and issubclass(got_err, want_err), (name, got_err, got)
         assert "unsupported operation" in got
