@@ -653,3 +653,170 @@ def test_engine_on_device(gpu_device, test, monkeypatch):
     """The engine tests above whose tensors come from leaf(), with them on the GPU."""
     monkeypatch.setitem(DEVICE, "name", gpu_device)
     test()
+
+
+# ----------------------------------------------------------------------------- backward twice
+# A node that saved nothing has nothing a first backward could free: torch runs a second
+# backward through it; one that saved something refuses (retain_graph=True is the way).
+_TWICE = {
+    "add": (lambda m, x: (x + 1).sum(), True),
+    "sub-mean": (lambda m, x: (x - 1).mean(), True),
+    "view": (lambda m, x: x.reshape(6).sum(), True),
+    "exp": (lambda m, x: x.exp().sum(), False),
+    "mul-tensor": (lambda m, x: (x * m.ones_like(x)).sum(), False),
+}
+
+
+@pytest.mark.parametrize("name", list(_TWICE))
+def test_backward_twice_only_where_nothing_was_saved(name):
+    torch = pytest.importorskip("torch")
+    fn, allowed = _TWICE[name]
+    data = np.arange(6.0).reshape(3, 2) / 4
+
+    def run(m, x):
+        y = fn(m, x)
+        y.backward()
+        try:
+            y.backward()
+        except RuntimeError as e:
+            return None, str(e)
+        return x.grad, ""
+
+    ours, our_error = run(ta, ta.tensor(data, requires_grad=True))
+    theirs, their_error = run(torch, torch.tensor(data, requires_grad=True))
+    assert (ours is not None) == (theirs is not None) == allowed
+    if allowed:
+        np.testing.assert_allclose(host(ours), theirs.numpy(), rtol=0, atol=1e-15)
+    else:
+        assert "second time" in our_error and "retain_graph=True" in our_error
+        assert "second time" in their_error
+
+
+def test_backward_twice_through_add_doubles_the_leaf_grad():
+    x = leaf([1.0, 2.0, 3.0])
+    y = (x + 1).sum()
+    y.backward()
+    y.backward()
+    np.testing.assert_array_equal(host(x.grad), [2.0, 2.0, 2.0])
+    assert y.grad_fn._saved == ()  # nothing was saved, so nothing was released
+
+
+# ----------------------------------------------------------------------------- no_grad views
+def _no_grad_view_cases(m):
+    """name -> a function doing the case with module m (ta or torch); each returns the
+    tensor the in-place op wrote into (or raises)."""
+    def leaf_view():
+        a = m.ones(4, requires_grad=True)
+        with m.no_grad():
+            v = a[:2]
+        return v.add_(1.0)
+
+    def nonleaf_view():
+        b = m.ones(4, requires_grad=True) * 2
+        with m.no_grad():
+            v = b[1:3]
+        return v.mul_(2.0)
+
+    def view_of_view():  # the second view is taken with grad mode on
+        a = m.ones(4, requires_grad=True)
+        with m.no_grad():
+            v = a[:3]
+        return v[:2].add_(1.0)
+
+    def view_of_view_in_no_grad():
+        a = m.ones(2, 3, requires_grad=True)
+        with m.no_grad():
+            w = a.reshape(6)[:4]
+        return w.zero_()
+
+    def setitem_into_view():
+        a = m.ones(4, requires_grad=True)
+        with m.no_grad():
+            v = a[:2]
+        v[0] = 5.0
+        return v
+
+    def other_operand_requires_grad():
+        a = m.ones(4, requires_grad=True)
+        with m.no_grad():
+            v = a[:2]
+        return v.add_(m.ones(2, requires_grad=True))
+
+    def split_piece():
+        a = m.ones(4, requires_grad=True)
+        with m.no_grad():
+            v = a.split(2)[1]
+        return v.fill_(3.0)
+
+    def inplace_under_no_grad():  # allowed: both in no_grad
+        a = m.ones(4, requires_grad=True)
+        with m.no_grad():
+            v = a[:2]
+        with m.no_grad():
+            v.add_(1.0)
+        return a
+
+    def base_without_grad():  # allowed: nothing requires grad
+        a = m.ones(4)
+        with m.no_grad():
+            v = a[:2]
+        return v.add_(1.0)
+
+    def view_of_detached():  # allowed: detach() is not a no_grad view
+        a = m.ones(4, requires_grad=True)
+        return a.detach()[:2].add_(1.0)
+
+    return {f.__name__: f for f in (leaf_view, nonleaf_view, view_of_view,
+                                     view_of_view_in_no_grad, setitem_into_view,
+                                     other_operand_requires_grad, split_piece,
+                                     inplace_under_no_grad, base_without_grad,
+                                     view_of_detached)}
+
+
+_NO_GRAD_VIEW_ALLOWED = {"inplace_under_no_grad", "base_without_grad", "view_of_detached"}
+
+
+@pytest.mark.parametrize("name", list(_no_grad_view_cases(ta)))
+def test_inplace_into_a_view_made_under_no_grad_as_torch(name):
+    torch = pytest.importorskip("torch")
+    ours_fn, theirs_fn = _no_grad_view_cases(ta)[name], _no_grad_view_cases(torch)[name]
+    if name in _NO_GRAD_VIEW_ALLOWED:
+        ours, theirs = ours_fn(), theirs_fn()
+        np.testing.assert_array_equal(host(ours), theirs.detach().numpy())
+        return
+    with pytest.raises(RuntimeError, match="no_grad"):
+        theirs_fn()
+    with pytest.raises(RuntimeError, match=r"view \(shape .*\) was created in no_grad mode"):
+        ours_fn()
+
+
+def test_refused_inplace_into_a_no_grad_view_leaves_the_leaf_unchanged():
+    a = leaf([1.0, 2.0, 3.0, 4.0])
+    with ta.no_grad():
+        v = a[1:3]
+    with pytest.raises(RuntimeError, match="add_: a view"):
+        v.add_(10.0)
+    np.testing.assert_array_equal(host(a), [1.0, 2.0, 3.0, 4.0])
+    assert not v.requires_grad and a.grad_fn is None
+
+
+def test_custom_mark_dirty_on_a_no_grad_view_is_refused():
+    class AddOne(ta.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            x._array()[...] += 1
+            ctx.mark_dirty(x)
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    a = leaf([1.0, 2.0])
+    with ta.no_grad():
+        v = a[:1]
+    with pytest.raises(RuntimeError, match="AddOne: a view"):
+        AddOne.apply(v)
+    with ta.no_grad():
+        AddOne.apply(v)  # under no_grad the write is allowed
+    np.testing.assert_array_equal(host(a), [3.0, 2.0])  # the refused write happened too
