@@ -1,7 +1,7 @@
 """Zero-size tensors through every op, reached through views, against torch.
 
-Every conformance row with an empty operand (the tables of test_conformance and the other
-ROWS tables) runs again with each empty operand made by a view of another tensor: a split
+Every conformance row with an empty operand (in test_conformance and the other row
+tables) runs again with each empty operand made by a view of another tensor: a split
 piece of an empty tensor (its offset past the end of a zero-size storage), an empty slice
 with a nonzero offset, a transposed empty slice, or an expanded empty slice. The ops with no
 such row get one here (EXTRA). Values, shapes, dtypes and gradients (of the leaves the views
