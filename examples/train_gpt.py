@@ -1,6 +1,6 @@
 """Train a small character-level GPT: the project's main job.
 
-    python examples/train_gpt.py                       # the embedded corpus, CPU, ~2 min
+    python examples/train_gpt.py                       # the embedded corpus, CPU, ~1 min
     python examples/train_gpt.py --data input.txt --steps 2000 --out runs/a
     python examples/train_gpt.py --out runs/a --resume --steps 3000   # on to step 3000
     python examples/train_gpt.py --config run.toml --lr 1e-3          # flags beat the file
@@ -9,13 +9,23 @@ The default corpus needs no download: it is built from a fixed list of the stand
 library's own source files. The log shows, beside the loss, each step's memory from the
 ledger: the peak, the bytes saved for backward, and the bytes copied.
 
+The run is kept: its checkpoint goes to --out (default: a new runs/DATE-TIME directory
+under the working directory, named in the log), at the end, every --save-every steps, and
+on Ctrl-C or SIGTERM, which finish the step under way, save, print the command that
+resumes, and exit with 130 or 143 (a second Ctrl-C exits at once, without saving). --out
+is checked writable before training; a lock file keeps a second trainer out of it; a new
+run into a directory that holds a checkpoint stops unless --resume or --overwrite.
+
 --resume continues the run in --out exactly: --steps is the total to reach (the
 checkpoint's own total when not given), the learning-rate schedule is the one the run
 started with (--lr-decay-steps long; give it the final total up front to resume a run
 further without the rate having reached --min-lr), and a flag that would change the
 run's trajectory (the model, the learning rates, the batch size...) stops with a list of
-the conflicts. A --config TOML file holds flags by name (`n_layer = 6`, `lr = 1e-3`);
-flags on the command line override it, and its text is saved in the checkpoint.
+the conflicts. The checkpoint records what identifies its text (hash, size, characters):
+a resume reads the file where the run found it, or --data FILE at a new path, and stops,
+saying what changed, when the text is not the same. A --config TOML file holds flags by
+name (`n_layer = 6`, `lr = 1e-3`); flags on the command line override it, and its text is
+saved in the checkpoint.
 """
 
 from __future__ import annotations
@@ -24,13 +34,30 @@ import argparse
 import json
 import math
 import os
+import shlex
+import shutil
+import signal
 import sys
+import threading
+import time
 
 import nn
 import tinygrad_attn as ta
-from nn.data import default_corpus, load_text
+from nn.data import default_corpus, identity_changes, load_text
 from nn.gpt import ATTENTION, MLPS, NORMS, POS_EMBS
-from nn.trainer import CHECKPOINT, ResumeConflict, TrainConfig, Trainer
+from nn.trainer import (
+    CHECKPOINT,
+    CheckpointError,
+    DataMismatch,
+    Interrupted,
+    ResumeConflict,
+    RunLock,
+    RunLocked,
+    TrainConfig,
+    Trainer,
+)
+
+RUNS = "runs"  # the default --out is a new directory in it: runs/DATE-TIME
 
 
 # ----------------------------------------------------------------------------- flag types
@@ -123,7 +150,8 @@ TRAIN_FLAGS = {
 OTHER_FLAGS = {  # dest: (type, kind, help); not TrainConfig or GPTConfig fields
     "data": (str, str, "a UTF-8 text file to train on (default: the embedded stdlib "
                        "corpus)"),
-    "out": (str, str, f"directory for the checkpoint ({CHECKPOINT}); none: no checkpoint"),
+    "out": (str, str, f"directory for the checkpoint ({CHECKPOINT}) (default: a new "
+                      f"{RUNS}/DATE-TIME in the working directory)"),
     "no_progress": (None, bool, "no progress bar"),
 }
 DEFAULT_MODEL = nn.GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=128)
@@ -177,15 +205,18 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true",
                    **({"default": argparse.SUPPRESS} if suppress_defaults else {}),
                    help="continue the run in --out exactly from its checkpoint")
+    t.add_argument("--overwrite", action="store_true",
+                   **({"default": argparse.SUPPRESS} if suppress_defaults else {}),
+                   help="start a new run in an --out that holds a checkpoint, replacing it")
     add(t, "no_progress", OTHER_FLAGS["no_progress"], False)
     return p
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, status: int = 2) -> None:
     """An error in the arguments or the run's files: a message and exit status 2, no
-    traceback (as argparse does for a bad flag)."""
+    traceback (as argparse does for a bad flag); status 1 for a save that failed."""
     print(f"train_gpt.py: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(status)
 
 
 def _read_config(path: str) -> tuple[dict, str]:
@@ -252,41 +283,204 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, set]:
     return args, given
 
 
+class _Run:
+    """The out directory of this command and what it holds of it: the lock, and whether
+    the command created the directory (removed again if it stays empty)."""
+
+    def __init__(self) -> None:
+        self.out: str | None = None
+        self.lock: RunLock | None = None
+        self.created = False
+        self.total = None  # the step the run trains to
+
+    @property
+    def ckpt(self) -> str:
+        return os.path.join(self.out, CHECKPOINT)
+
+    def take(self, out: str, create: bool, created: bool = False) -> None:
+        """Create `out` if needed (`created`: it was just made) and lock it: one line and
+        status 2 if it cannot be written (checked now, not at the first save after all the
+        training)."""
+        self.out, self.created = out, created
+        try:
+            if create and not os.path.isdir(out):
+                os.makedirs(out)
+                self.created = True
+            if not os.path.isdir(out):
+                _fail(f"--out {out}: not a directory")
+            if os.path.isdir(self.ckpt):
+                _fail(f"--out {out}: {self.ckpt} is a directory, not a checkpoint file")
+            self.lock = RunLock(out).acquire()
+        except RunLocked as e:
+            _fail(str(e))
+        except OSError as e:
+            _fail(f"--out {out}: cannot write there ({e.strerror or e}); checked before "
+                  "training, so that the run's checkpoint is not lost at its end")
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+        if self.created:
+            try:
+                os.rmdir(self.out)  # only if nothing was saved in it
+            except OSError:
+                pass
+
+
+def _default_out() -> str:
+    """A new directory runs/DATE-TIME (-2, -3... if taken), and runs/.gitignore so that
+    runs made inside a clone stay out of git."""
+    try:
+        if not os.path.isdir(RUNS):
+            os.makedirs(RUNS, exist_ok=True)
+            with open(os.path.join(RUNS, ".gitignore"), "w") as f:
+                f.write("# checkpoints of examples/train_gpt.py\n*\n")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for n in range(1, 1000):
+            out = os.path.join(RUNS, stamp if n == 1 else f"{stamp}-{n}")
+            try:
+                os.mkdir(out)
+            except FileExistsError:
+                continue
+            return out
+    except OSError as e:
+        _fail(f"cannot create the default out directory in {RUNS}/ ({e.strerror or e}); "
+              "pass --out DIR")
+    _fail(f"{RUNS}/ has no free name for {stamp}; pass --out DIR")
+
+
+def _command(script: str, *args: str) -> str:
+    """A command line the user can paste: `python` when that is this interpreter."""
+    python = "python" if shutil.which("python") and os.path.realpath(
+        shutil.which("python")) == os.path.realpath(sys.executable) else sys.executable
+    rel = os.path.relpath(script)
+    script = rel if not rel.startswith("..") else os.path.abspath(script)
+    return shlex.join([python, script, *args])
+
+
+def _resume_command(out: str) -> str:
+    return _command(__file__, "--out", out, "--resume")
+
+
+def _checkpoint_step(path: str) -> str | None:
+    try:
+        return nn.load_metadata(path)["step"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _stop_at_once(signum, frame) -> None:
+    """Before and after training, SIGTERM (like Ctrl-C) stops at once, as an exception,
+    so that the lock is released and the message says what is saved."""
+    raise Interrupted(signum, 0, None)
+
+
 def main(argv=None) -> Trainer:
     args, given = parse_args(argv)
     if args.device != "cpu" and not ta.cuda.is_available():
         _fail(f"--device {args.device}: no CUDA GPU here (CuPy missing or no device); "
               "use --device cpu")
+    if args.resume and args.overwrite:
+        _fail("--resume continues the run in --out, --overwrite starts a new one there: "
+              "give one of them")
+    run = _Run()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, _stop_at_once)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _main(args, given, run)
+    except (Interrupted, KeyboardInterrupt) as e:
+        _interrupted(e, run)
+    except CheckpointError as e:
+        hint = ""
+        if run.out and _checkpoint_step(run.ckpt) is not None:
+            hint = f"; once there is room, resume with: {_resume_command(run.out)}"
+        _fail(f"{e}{hint}", status=1)
+    finally:
+        run.release()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted(e: KeyboardInterrupt, run: _Run) -> None:
+    """The message after a signal, and the shell's status for it (130 SIGINT, 143 SIGTERM)."""
+    signum = getattr(e, "signum", signal.SIGINT)
+    name = signal.Signals(signum).name
+    path = getattr(e, "path", None)
+    if path is not None:
+        total = f" of {run.total}" if run.total else ""
+        print(f"train_gpt.py: {name}: stopped at step {e.step}{total}; checkpoint saved to "
+              f"{path}\n"
+              f"resume with: {_resume_command(run.out)}", file=sys.stderr)
+    else:
+        step = _checkpoint_step(run.ckpt) if run.out else None
+        kept = (f"the checkpoint {run.ckpt} (step {step}) is whole; resume with: "
+                f"{_resume_command(run.out)}" if step is not None else "nothing was saved")
+        print(f"train_gpt.py: {name}: stopped at once; {kept}", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+def _main(args, given: set, run: _Run) -> Trainer:
     train_given = {k: getattr(args, k) for k in TRAIN_FLAGS if k in given}
     if args.resume:
-        trainer = _resume(args, given, train_given)
+        trainer = _resume(args, given, train_given, run)
     else:
-        if args.n_embd % args.n_head:
-            _fail(f"--n-embd ({args.n_embd}) must be a multiple of --n-head ({args.n_head})")
-        if args.attn == "flash" and args.dropout > 0:
-            _fail("--attn flash has no attention dropout: use --dropout 0 or --attn views")
-        text = _text(args.data)
-        gcfg = nn.GPTConfig(**{k: getattr(args, k) for k in MODEL_FLAGS})
-        tcfg = TrainConfig(**{k: getattr(args, k) for k in TRAIN_FLAGS}, out=args.out,
-                           progress=not args.no_progress)
-        try:
-            trainer = Trainer(gcfg, tcfg, text)
-        except ValueError as e:  # the data is too short for a window, say
-            _fail(str(e))
-        trainer.metadata["data"] = os.path.abspath(args.data) if args.data else ""
+        trainer = _start(args, run)
     if args.config_text is not None:
         trainer.metadata["config_file"] = json.dumps({"path": os.path.abspath(args.config),
                                                       "text": args.config_text})
+    need, free = trainer.checkpoint_bytes(), shutil.disk_usage(run.out).free
+    if free < need:
+        _fail(f"--out {run.out}: {free / 2**20:.1f} MiB free on its filesystem, and a "
+              f"checkpoint of this model needs about {need / 2**20:.1f} MiB")
     model = trainer.model
     print(f"corpus: {len(trainer.train_batches.data) + len(trainer.val_ids):,} characters, "
           f"vocabulary {trainer.tokenizer.vocab_size}; model: {model.num_params():,} "
           f"parameters, {trainer.gcfg}")
     print(f"unigram entropy of the validation text: {trainer.unigram_entropy():.3f} nats")
+    every = f", every {trainer.tcfg.save_every} steps" if trainer.tcfg.save_every else ""
+    print(f"checkpoint: {run.ckpt} (at the end{every}, and on Ctrl-C)")
+    run.total = trainer.tcfg.steps
+    note = trainer.schedule_note()
+    if note:
+        print(note)
     trainer.run()
     val = trainer.evaluate()
     print(f"final validation loss {val:.4f} nats "
           f"(unigram entropy {trainer.unigram_entropy():.3f})")
     print("sample:\n" + trainer.sample())
+    sampler = os.path.join(os.path.dirname(__file__), "sample.py")
+    print(f"sample more: {_command(sampler, '--ckpt', run.out)}")
+    return trainer
+
+
+def _start(args, run: _Run) -> Trainer:
+    """A new run: its flags and data checked, then its out directory taken."""
+    if args.n_embd % args.n_head:
+        _fail(f"--n-embd ({args.n_embd}) must be a multiple of --n-head ({args.n_head})")
+    if args.attn == "flash" and args.dropout > 0:
+        _fail("--attn flash has no attention dropout: use --dropout 0 or --attn views")
+    text = _text(args.data)
+    if args.out:
+        run.take(args.out, create=True)
+    else:
+        run.take(_default_out(), create=True, created=True)
+    if os.path.exists(run.ckpt) and not args.overwrite:
+        step = _checkpoint_step(run.ckpt)
+        what = f"at step {step}" if step is not None else "not one this trainer can read"
+        _fail(f"--out {run.out} already holds a checkpoint ({run.ckpt}, {what}): --resume "
+              "continues that run, --overwrite replaces it with this new one (at its first "
+              "save), or give another --out")
+    gcfg = nn.GPTConfig(**{k: getattr(args, k) for k in MODEL_FLAGS})
+    tcfg = TrainConfig(**{k: getattr(args, k) for k in TRAIN_FLAGS}, out=run.out,
+                       progress=not args.no_progress)
+    try:
+        trainer = Trainer(gcfg, tcfg, text)
+    except ValueError as e:  # the data is too short for a window, say
+        _fail(str(e))
+    trainer.metadata["data"] = os.path.abspath(args.data) if args.data else ""
     return trainer
 
 
@@ -301,7 +495,55 @@ def _text(data: str | None) -> str:
         _fail(str(e))
 
 
-def _resume(args, given: set, train_given: dict) -> Trainer:
+def _resume_text(args, given: set, meta: dict, path: str) -> tuple[str, str]:
+    """(the run's text, where it was read: a path, "" for the embedded corpus).
+
+    The checkpoint's data_identity says what the text is: the file where the run read it
+    if it still holds that text, else --data FILE if it does. A checkpoint without it
+    (older) resumes by path, as it was written."""
+    recorded = meta.get("data")
+    identity = json.loads(meta["data_identity"]) if "data_identity" in meta else None
+    where = recorded or "the embedded stdlib corpus"
+    if "data" in given:
+        text = _text(args.data)
+        if identity is None:
+            if recorded is not None and os.path.abspath(args.data) != (recorded or None):
+                _fail(f"cannot resume {path} with --data {args.data}: its run trained on "
+                      f"{where} (the checkpoint predates content checks, so the path must "
+                      "match)")
+        else:
+            changes = identity_changes(identity, text)
+            if changes:
+                _fail(f"cannot resume {path} with --data {args.data}: it is not the text "
+                      f"the run trained on ({where}): {'; '.join(changes)}")
+        return text, os.path.abspath(args.data)
+    if not recorded:
+        text = default_corpus()
+        changes = identity_changes(identity, text) if identity is not None else []
+        if changes:
+            _fail(f"cannot resume {path}: the embedded stdlib corpus, read from this Python "
+                  f"({sys.version.split()[0]}), is not the text the run trained on: "
+                  f"{'; '.join(changes)}; resume with the Python the run started on, or "
+                  "pass --data FILE with its text")
+        return text, ""
+    try:
+        text = load_text(recorded)
+    except OSError as e:
+        need = (f" (it must hold the same text: {identity['bytes']:,} bytes, sha256 "
+                f"{identity['sha256'][:12]}...)" if identity is not None else "")
+        _fail(f"cannot resume {path}: its run's data file {recorded} cannot be read "
+              f"({e.strerror or e}); if it moved, pass --data FILE, its new path{need}")
+    except ValueError as e:
+        _fail(f"cannot resume {path}: {e}")
+    changes = identity_changes(identity, text) if identity is not None else []
+    if changes:
+        _fail(f"cannot resume {path}: {recorded}, the file its run trained on, has changed: "
+              f"{'; '.join(changes)}; pass --data FILE with the run's text, or start a new "
+              "run")
+    return text, recorded
+
+
+def _resume(args, given: set, train_given: dict, run: _Run) -> Trainer:
     if not args.out:
         _fail("--resume needs --out DIR, the directory that holds the checkpoint")
     path = os.path.join(args.out, CHECKPOINT)
@@ -309,11 +551,8 @@ def _resume(args, given: set, train_given: dict) -> Trainer:
         meta = nn.load_metadata(path)
     except (FileNotFoundError, ValueError) as e:
         _fail(f"--resume: {e}")
-    data = meta.get("data")
-    if "data" in given and data is not None and os.path.abspath(args.data) != (data or None):
-        _fail(f"cannot resume {path!r} with --data {args.data}: its run trained on "
-              f"{data or 'the embedded stdlib corpus'}")
-    text = _text(args.data if "data" in given else data)
+    run.take(args.out, create=False)
+    text, data = _resume_text(args, given, meta, path)
     model = {k: getattr(args, k) for k in MODEL_FLAGS if k in given}
     overrides = {**train_given, "out": args.out, "progress": not args.no_progress}
     try:
@@ -324,12 +563,17 @@ def _resume(args, given: set, train_given: dict) -> Trainer:
         _fail(f"cannot resume {path} with flags that contradict its run (a resumed run "
               f"continues that run exactly):\n{rows}\nDrop these flags (or set them to the "
               "checkpoint's values), or start a new run with another --out.")
-    except ValueError as e:  # no trainer state, unreadable file, data outside the vocabulary
+    except DataMismatch as e:
+        _fail(f"cannot resume {path} on {data or 'the embedded stdlib corpus'}: {e}")
+    except ValueError as e:  # no trainer state, unreadable file, tensors unlike the config
         _fail(f"--resume: {e}")
     if trainer.step >= trainer.tcfg.steps:
         _fail(f"nothing to train: {path} is at step {trainer.step} and --steps "
               f"{trainer.tcfg.steps} is the total to reach (the checkpoint's steps "
               f"included); pass --steps greater than {trainer.step}")
+    if data != meta.get("data", data):
+        print(f"data: {data} (the run's text, moved from {meta['data'] or 'the corpus'})")
+    trainer.metadata["data"] = data
     print(f"resumed from {path} at step {trainer.step}, training to step {trainer.tcfg.steps}")
     return trainer
 

@@ -7,6 +7,7 @@ same ~1 MB of text.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import random
@@ -55,6 +56,43 @@ def load_text(path) -> str:
     if not text:
         raise ValueError(f"{path!r} is empty")
     return text
+
+
+def text_identity(text: str) -> dict:
+    """What identifies a training text wherever its file lies: the sha256 and size of its
+    UTF-8 bytes (as read: newlines already made "\\n"), its length and its characters.
+    A checkpoint records it, so a resumed run can accept the text at a new path and refuse
+    a different text at the old one. JSON-able."""
+    raw = text.encode("utf-8")
+    return {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw),
+            "characters": len(text), "vocabulary": "".join(sorted(set(text)))}
+
+
+def identity_changes(recorded: dict, text: str) -> list[str]:
+    """How `text` differs from the text `recorded` (a text_identity) identified, one
+    phrase per difference; empty when it is that text."""
+    now = text_identity(text)
+    if now["sha256"] == recorded.get("sha256") and now["bytes"] == recorded.get("bytes"):
+        return []
+    changes = []
+    if now["bytes"] != recorded.get("bytes"):
+        changes.append(f"size {recorded.get('bytes', '?'):,} -> {now['bytes']:,} bytes")
+    else:
+        changes.append(f"same size ({now['bytes']:,} bytes)")
+    changes.append(f"sha256 {str(recorded.get('sha256'))[:12]}... -> {now['sha256'][:12]}...")
+    if "vocabulary" in recorded:
+        old, new = set(recorded["vocabulary"]), set(now["vocabulary"])
+        if new - old:
+            changes.append(f"characters added: {_chars(new - old)}")
+        if old - new:
+            changes.append(f"characters removed: {_chars(old - new)}")
+        if old == new:
+            changes.append("the same characters in a different text")
+    return changes
+
+
+def _chars(chars: set) -> str:
+    return ", ".join(repr(c) for c in sorted(chars))
 
 
 class CharTokenizer:

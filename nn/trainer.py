@@ -9,6 +9,13 @@ parameters on CPU. The learning-rate schedule is part of the run (its length is
 checkpoint's run was on; what may change on resume is only what does not alter the
 trajectory (RESUMABLE: the step total, logging, checkpointing, the device).
 
+The run is kept: SIGINT (Ctrl-C) or SIGTERM during `run` finishes the step under way,
+saves the checkpoint (when `out` is set) and raises Interrupted, which says where it went;
+a second signal raises it at once, without saving. A save that fails (a full disk) raises
+CheckpointError naming the file; the previous checkpoint stays whole. The checkpoint
+records what identifies its text (nn.data.text_identity), so a resumed run accepts the
+same text from anywhere and refuses a different one, saying what changed.
+
 A step that fails before its update (ta.OutOfMemoryError under ta.memory.set_limit, say)
 leaves nothing a retry depends on: gradients are set to None before each backward, and
 the next train_step reuses the failed step's batch and RNG state, so it is the step a
@@ -21,17 +28,21 @@ import dataclasses
 import json
 import math
 import os
+import signal
+import socket
+import threading
 import time
 
 import tinygrad_attn as ta
 
-from .data import BatchSampler, CharTokenizer, train_val_split
+from .data import BatchSampler, CharTokenizer, identity_changes, text_identity, train_val_split
 from .gpt import GPT, GPTConfig
 from .optim import configure_adamw
 from .serialization import flatten_state, load, load_metadata, save, unflatten_state
 from .utils import clip_grad_norm_, cosine_lr
 
 CHECKPOINT = "ckpt.safetensors"
+LOCK = "train.lock"  # in the out directory while a trainer writes there (RunLock)
 
 
 @dataclasses.dataclass
@@ -71,6 +82,70 @@ class ResumeConflict(ValueError):
         self.conflicts = conflicts
 
 
+class DataMismatch(ValueError):
+    """The text given to resume a run is not the text the run trained on; `changes` lists
+    how it differs (size, hash, characters added or removed)."""
+
+    def __init__(self, message: str, changes: list) -> None:
+        super().__init__(message)
+        self.changes = changes
+
+
+class CheckpointError(OSError):
+    """A checkpoint could not be written (a full disk, a read-only directory); the message
+    names the file and says whether a previous checkpoint there is still whole."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+class Interrupted(KeyboardInterrupt):
+    """Training stopped by a signal: `signum`, the `step` reached, and `path`, the
+    checkpoint saved there (None when nothing was saved: no `out`, or a second signal that
+    asked to stop at once). `exit_status` is what a shell reports for the signal."""
+
+    def __init__(self, signum: int, step: int, path: str | None) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.step, self.path = signum, step, path
+        self.exit_status = 128 + signum
+
+
+class _StopOnSignal:
+    """While active (main thread only: Python delivers signals there), the first SIGINT
+    or SIGTERM only sets `signum`, so the loop can finish its step and save; the second
+    raises Interrupted at once. The previous handlers come back on exit."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.signum = None
+        self.previous: dict = {}
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise Interrupted(signum, self.trainer.step, None)
+        self.signum = signum
+        cfg = self.trainer.tcfg
+        then = (f"then saving the checkpoint to {os.path.join(cfg.out, CHECKPOINT)}"
+                if cfg.out else "then stopping (no out directory: nothing will be saved)")
+        # os.write, not print: the handler may run in the middle of another print
+        again = ("Ctrl-C again stops at once, without saving" if signum == signal.SIGINT
+                 else "a second signal stops at once, without saving")
+        os.write(2, (f"\n{signal.Signals(signum).name}: finishing step {self.trainer.step + 1}, "
+                     f"{then}; {again}\n").encode())
+
+
 class Trainer:
     """Model, optimizer, data and the loop; `run(until)` trains up to step `until`."""
 
@@ -94,12 +169,15 @@ class Trainer:
         self.train_batches = BatchSampler(train_ids, T, B, seed=seed,
                                           device=train_config.device)
         self.val_ids = val_ids
+        # what identifies the text (its hash, size, characters), recorded in the checkpoint
+        self.data_identity = text_identity(text)
         self.step = 0
         self.history: list[dict] = []
         # strings saved in the checkpoint beside the trainer's state (the CLI records the
         # data file and its config file here)
         self.metadata: dict[str, str] = {}
         self._retry = None  # (batch, RNG state) of a step that failed before its update
+        self._saved_step = None  # the step the last checkpoint holds
 
     # -- one step ----------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -172,6 +250,8 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------------
     def run(self, until: int | None = None, memory_report: bool = True) -> list[dict]:
+        """Train up to step `until` (default: `steps`), then save the checkpoint (with
+        `out`). SIGINT / SIGTERM finish the step under way, save, and raise Interrupted."""
         cfg = self.tcfg
         until = cfg.steps if until is None else until
         bar = None
@@ -179,29 +259,57 @@ class Trainer:
             from tqdm import tqdm
 
             bar = tqdm(total=until, initial=self.step, unit="step", dynamic_ncols=True)
-        while self.step < until:
+        try:
+            with _StopOnSignal(self) as stop:
+                self._loop(until, memory_report, bar, stop)
+                if bar is not None:
+                    bar.close()
+                    bar = None
+                if cfg.out and self._saved_step != self.step:
+                    self.save_checkpoint()
+                if stop.signum is not None:
+                    raise Interrupted(stop.signum, self.step,
+                                      self.checkpoint_path() if cfg.out else None)
+        finally:
+            if bar is not None:
+                bar.close()
+        return self.history
+
+    def _loop(self, until: int, memory_report: bool, bar, stop: _StopOnSignal) -> None:
+        cfg = self.tcfg
+        while self.step < until and stop.signum is None:
             if memory_report and self.step == 0:
                 with ta.memory.profile(raw=True) as prof:
                     rec = self.train_step()
                 self.log(memory_summary(prof))
             else:
                 rec = self.train_step()
-            if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == until):
-                rec["val_loss"] = self.evaluate()
-                self.log(_format(rec))
             self.history.append(rec)
             if bar is not None:
                 bar.set_postfix(loss=f"{rec['loss']:.3f}",
                                 tok_s=f"{rec['tokens_per_s']:.0f}",
                                 peak=f"{rec['peak_bytes'] / 2**20:.0f}MiB")
                 bar.update(1)
+            if stop.signum is not None:  # save now; evaluating can wait for the resume
+                break
+            if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == until):
+                rec["val_loss"] = self.evaluate()
+                self.log(_format(rec))
             if cfg.out and cfg.save_every and self.step % cfg.save_every == 0:
                 self.save_checkpoint()
-        if bar is not None:
-            bar.close()
-        if cfg.out:
-            self.save_checkpoint()
-        return self.history
+
+    def schedule_note(self) -> str | None:
+        """A line saying which steps to `steps` train at the minimum learning rate because
+        the run's schedule (`lr_decay_steps`, fixed when the run started) ends before;
+        None when the schedule lasts the run."""
+        cfg = self.tcfg
+        if cfg.steps <= cfg.lr_decay_steps:
+            return None
+        first = max(self.step, cfg.lr_decay_steps) + 1
+        steps = f"step {first}" if first == cfg.steps else f"steps {first} to {cfg.steps}"
+        return (f"note: this run's learning-rate schedule ends at step {cfg.lr_decay_steps} "
+                f"(lr_decay_steps, fixed when the run started); {steps} train at the "
+                f"minimum rate {cfg.min_lr:g}")
 
     def sample(self, prompt: str = "\n", max_new_tokens: int | None = None,
                temperature: float = 0.8, top_k: int | None = 20) -> str:
@@ -212,9 +320,19 @@ class Trainer:
         return self.tokenizer.decode(out[0].tolist())
 
     # -- checkpoints -------------------------------------------------------------------
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.tcfg.out, CHECKPOINT)
+
+    def checkpoint_bytes(self) -> int:
+        """About the size of this run's checkpoint once the optimizer has its state: the
+        model's tensors and AdamW's two moments per parameter (the header aside)."""
+        model = sum(t.nbytes for t in self.model.state_dict().values())
+        return model + 2 * sum(p.nbytes for p in self.model.parameters())
+
     def save_checkpoint(self, path: str | None = None) -> str:
-        path = path or os.path.join(self.tcfg.out, CHECKPOINT)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        """Write the checkpoint atomically and log its path and step. CheckpointError
+        (an OSError) when it cannot be written; a previous file at `path` stays whole."""
+        path = path or self.checkpoint_path()
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         optim_tensors, optim_layout = flatten_state(self.optimizer.state_dict(), "optim.")
         tensors.update(optim_tensors)
@@ -226,8 +344,16 @@ class Trainer:
             "sampler": json.dumps(self.train_batches.state_dict()),
             "rng": json.dumps(ta.get_rng_state()),
             "optim_layout": optim_layout,
+            "data_identity": json.dumps(self.data_identity),
         }
-        save(tensors, path, metadata={**self.metadata, **meta})
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            save(tensors, path, metadata={**self.metadata, **meta})
+        except OSError as e:
+            raise CheckpointError(e.errno, f"cannot save the checkpoint of step {self.step} "
+                                  f"to {path}: {e.strerror or e}; {_previous(path)}") from e
+        self._saved_step = self.step
+        self.log(f"checkpoint: step {self.step} saved to {path}")
         return path
 
     @classmethod
@@ -255,18 +381,175 @@ class Trainer:
                 "a new run in another directory.", conflicts
             )
         tcfg = dataclasses.replace(tcfg, **overrides)
+        check_data(path, meta, text)
         tokenizer = CharTokenizer.from_dict(json.loads(meta["tokenizer"]))
+        unknown = set(text) - set(tokenizer.chars)
+        if unknown:  # a checkpoint from before the data's identity was recorded
+            raise DataMismatch(f"the text has characters that the vocabulary of {path!r} "
+                               f"lacks: {_chars(unknown)}", [f"characters added: "
+                                                             f"{_chars(unknown)}"])
         trainer = cls(gcfg, tcfg, text, tokenizer=tokenizer, log=log)
-        trainer.metadata = {k: v for k, v in meta.items() if k not in TRAINER_STATE}
+        trainer.metadata = {k: v for k, v in meta.items()
+                            if k not in TRAINER_STATE and k != "data_identity"}
         tensors = load(path, device=tcfg.device)
         model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+        _check_tensors(path, trainer.gcfg, trainer.model, model_sd)
         trainer.model.load_state_dict(model_sd, strict=True)
         optim_sd = unflatten_state(tensors, meta["optim_layout"])
-        trainer.optimizer.load_state_dict(optim_sd)
+        try:
+            trainer.optimizer.load_state_dict(optim_sd)
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"{path!r}: its optimizer state does not fit its model: "
+                             f"{e.args[0] if e.args else e}") from None
         trainer.train_batches.load_state_dict(json.loads(meta["sampler"]))
         ta.set_rng_state(json.loads(meta["rng"]))
         trainer.step = int(meta["step"])
+        if tcfg.out and os.path.abspath(trainer.checkpoint_path()) == os.path.abspath(path):
+            trainer._saved_step = trainer.step  # its out holds this step already
         return trainer
+
+
+def check_data(path: str, meta: dict, text: str) -> None:
+    """DataMismatch unless `text` is the text the checkpoint at `path` (its metadata
+    `meta`) recorded; a checkpoint from before the identity was recorded passes."""
+    if "data_identity" not in meta:
+        return
+    recorded = json.loads(meta["data_identity"])
+    changes = identity_changes(recorded, text)
+    if changes:
+        raise DataMismatch(f"the text is not the one the run of {path!r} trained on: "
+                           f"{'; '.join(changes)}", changes)
+
+
+def _chars(chars: set) -> str:
+    return ", ".join(repr(c) for c in sorted(chars))
+
+
+def _previous(path: str) -> str:
+    """What a failed save left at `path`, for its message."""
+    try:
+        return f"the previous checkpoint there (step {load_metadata(path)['step']}) is whole"
+    except (OSError, ValueError, KeyError):
+        return "no checkpoint was written"
+
+
+def _check_tensors(path: str, gcfg: GPTConfig, model: GPT, tensors: dict) -> None:
+    """ValueError, one line naming each tensor whose name or shape is not what the
+    checkpoint's own config builds (a hand-edited or mismatched config), before
+    load_state_dict would raise from deep inside."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in tensors.items()}
+    problems = [f"model.{k} is {got[k]} in the file but {shape} for the config"
+                for k, shape in expected.items() if k in got and got[k] != shape]
+    problems += [f"model.{k} is missing" for k in expected if k not in got]
+    problems += [f"model.{k} is not in the model the config builds" for k in got
+                 if k not in expected]
+    if problems:
+        shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)"
+                                           if len(problems) > 3 else "")
+        config = ", ".join(f"{k}={getattr(gcfg, k)}" for k in (
+            "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head", "n_embd"))
+        raise ValueError(f"{path!r}: its tensors do not match its recorded gpt_config "
+                         f"({config}): {shown}")
+
+
+def _host() -> str:
+    return socket.gethostname() or "localhost"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+class RunLocked(RuntimeError):
+    """Another trainer holds the out directory's lock."""
+
+
+class RunLock:
+    """A lock file in an out directory (LOCK: the owner's pid, host and start time) that
+    keeps two trainers from writing one checkpoint. It is created with O_CREAT | O_EXCL,
+    so of two trainers starting at once exactly one gets it; a lock whose owner on this
+    host is dead (killed with SIGKILL, say) is removed and taken. An OSError from acquire
+    means the directory cannot be written."""
+
+    _held: set = set()  # lock paths this process holds (a pid reused after a reboot aside)
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, LOCK)
+
+    def acquire(self) -> RunLock:
+        owner = {"pid": os.getpid(), "host": _host(),
+                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                held = self._owner()
+                if not self._stale(held):
+                    raise RunLocked(self._refusal(held)) from None
+                try:  # another trainer may remove it at the same moment: then retry
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(owner, f)
+            RunLock._held.add(os.path.abspath(self.path))
+            return self
+        raise RunLocked(f"could not take the lock {self.path}: other trainers keep taking it")
+
+    def release(self) -> None:
+        key = os.path.abspath(self.path)
+        if key in RunLock._held:
+            RunLock._held.discard(key)
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _owner(self) -> dict | None:
+        try:
+            with open(self.path) as f:
+                owner = json.load(f)
+            int(owner["pid"]), str(owner["host"])
+            return owner
+        except FileNotFoundError:
+            return {}  # released meanwhile: stale, try again
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # being written now, or not ours to judge
+
+    def _stale(self, owner: dict | None) -> bool:
+        if owner == {}:
+            return True
+        if owner is None or owner["host"] != _host():
+            return False
+        pid = int(owner["pid"])
+        if pid == os.getpid():  # ours only if this process took it
+            return os.path.abspath(self.path) not in RunLock._held
+        return not _pid_alive(pid)
+
+    def _refusal(self, owner: dict | None) -> str:
+        directory = os.path.dirname(self.path) or "."
+        if owner is None:
+            who = f"its lock file {self.path} cannot be read"
+        else:
+            who = (f"pid {owner['pid']} on host {owner['host']} holds {self.path} since "
+                   f"{owner.get('started', '?')}")
+        return (f"{directory} is in use by another trainer ({who}); wait for it to finish or "
+                "use another out directory. If that trainer is gone (on another host, say), "
+                "delete the lock file.")
 
 
 def checkpoint_configs(path: str, meta: dict | None = None) -> tuple[GPTConfig, TrainConfig]:
@@ -307,8 +590,9 @@ def load_model(path: str, device: str = "cpu") -> tuple[GPT, CharTokenizer, dict
     tokenizer = CharTokenizer.from_dict(json.loads(meta["tokenizer"]))
     model = GPT(gcfg)
     tensors = load(path)
-    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
-                           if k.startswith("model.")}, strict=True)
+    model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    _check_tensors(path, gcfg, model, model_sd)
+    model.load_state_dict(model_sd, strict=True)
     return model.to(device).eval(), tokenizer, meta
 
 

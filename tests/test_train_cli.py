@@ -236,3 +236,108 @@ def test_sample_from_a_checkpoint(tmp_path, data, capsys):
     nn.save({"w": ta.ones(1)}, tmp_path / "w.safetensors")
     assert "has no gpt_config" in _exit_2(
         capsys, ["--ckpt", str(tmp_path / "w.safetensors")], sample.main)
+
+
+# ----------------------------------------------------------------------------- resume by content
+def _run(data, out, steps, *extra):
+    return _tiny(data, out, "--steps", str(steps), "--lr-decay-steps", "8", *extra)
+
+
+def test_a_moved_data_file_resumes_exactly(tmp_path, data, capsys):
+    """The checkpoint records the text's hash, size and characters: the same text at a new
+    path resumes bit-identically; the old path gone is named, with what to pass."""
+    straight = train_gpt.main(_run(data, tmp_path / "a", 8))
+    train_gpt.main(_run(data, tmp_path / "b", 4))
+    meta = nn.load_metadata(tmp_path / "b" / CHECKPOINT)
+    identity = json.loads(meta["data_identity"])
+    assert identity["bytes"] == len(TEXT.encode()) and identity["characters"] == len(TEXT)
+    assert identity["vocabulary"] == "".join(sorted(set(TEXT)))
+    moved = tmp_path / "moved.txt"
+    os.rename(data, moved)
+    err = _exit_2(capsys, ["--resume", "--out", str(tmp_path / "b"), "--no-progress"])
+    assert f"its run's data file {data} cannot be read (No such file or directory)" in err
+    assert "pass --data FILE, its new path" in err and f"{len(TEXT):,} bytes" in err
+    assert "--data " + data not in err  # no flag the user never gave
+    resumed = train_gpt.main(["--resume", "--out", str(tmp_path / "b"), "--data", str(moved),
+                              "--steps", "8", "--no-progress"])
+    out = capsys.readouterr().out
+    assert f"data: {moved} (the run's text, moved from {data})" in out
+    assert [r["lr"] for r in resumed.history] == [r["lr"] for r in straight.history[4:]]
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    # the checkpoint now points at the new path: the next resume needs no --data
+    assert nn.load_metadata(tmp_path / "b" / CHECKPOINT)["data"] == str(moved)
+
+
+def test_changed_data_is_refused_saying_what_changed(tmp_path, data, capsys):
+    run = tmp_path / "run"
+    train_gpt.main(_run(data, run, 2))
+    resume = ["--resume", "--out", str(run), "--steps", "4", "--no-progress"]
+    lines = TEXT.splitlines(keepends=True)
+    pathlib.Path(data).write_text("".join(lines[::-1]))  # the same characters, reordered
+    err = _exit_2(capsys, resume)
+    assert f"cannot resume {run / CHECKPOINT}: {data}, the file its run trained on, has " \
+           "changed: same size" in err
+    assert "the same characters in a different text" in err and "sha256 " in err
+    pathlib.Path(data).write_text(TEXT + "Z~")
+    err = _exit_2(capsys, resume)
+    assert f"size {len(TEXT):,} -> {len(TEXT) + 2:,} bytes" in err
+    assert "characters added: 'Z', '~'" in err and "vocabulary" not in err.split(":")[0]
+    other = tmp_path / "other.txt"
+    other.write_text(TEXT.replace("x", ""))
+    err = _exit_2(capsys, [*resume, "--data", str(other)])
+    assert f"with --data {other}: it is not the text the run trained on ({data})" in err
+    assert "characters removed: 'x'" in err
+    pathlib.Path(data).write_text(TEXT)  # back as it was: it resumes
+    assert train_gpt.main(resume).step == 4
+
+
+def test_a_checkpoint_without_the_datas_identity_resumes_by_path(tmp_path, data, capsys):
+    """Checkpoints written before the identity was recorded resume as they always did."""
+    run = tmp_path / "run"
+    train_gpt.main(_run(data, run, 2))
+    path = run / CHECKPOINT
+    meta = nn.load_metadata(path)
+    del meta["data_identity"]
+    nn.save(nn.load(path), path, metadata=meta)
+    assert train_gpt.main(["--resume", "--out", str(run), "--steps", "3",
+                           "--no-progress"]).step == 3
+    meta = nn.load_metadata(path)
+    del meta["data_identity"]
+    nn.save(nn.load(path), path, metadata=meta)
+    pathlib.Path(data).write_text(TEXT + "Q")  # the tokenizer's complaint names the file now
+    err = _exit_2(capsys, ["--resume", "--out", str(run), "--steps", "4"])
+    assert f"cannot resume {path} on {data}: the text has characters that the vocabulary" in err
+    assert "lacks: 'Q'" in err
+
+
+def test_a_config_that_disagrees_with_the_tensors_is_one_line(tmp_path, data, capsys):
+    run = tmp_path / "run"
+    train_gpt.main(_run(data, run, 2))
+    path = run / CHECKPOINT
+    meta = nn.load_metadata(path)
+    config = json.loads(meta["gpt_config"])
+    config["n_embd"] = 32  # hand-edited
+    meta["gpt_config"] = json.dumps(config)
+    nn.save(nn.load(path), path, metadata=meta)
+    err = _exit_2(capsys, ["--resume", "--out", str(run), "--steps", "4"])
+    assert err.count("\n") == 1  # one line
+    assert "its tensors do not match its recorded gpt_config (vocab_size=" in err
+    assert "n_embd=32" in err and "load_state_dict" not in err
+    assert "model.transformer.wte.weight is (25, 16) in the file but (25, 32) for the config" \
+        in err
+    assert "(and " in err  # more tensors than the three named
+    err = _exit_2(capsys, ["--ckpt", str(run)], sample.main)
+    assert "its tensors do not match its recorded gpt_config" in err
+
+
+def test_resuming_past_the_schedules_end_says_so(tmp_path, data, capsys):
+    train_gpt.main(_tiny(data, tmp_path, "--steps", "3"))
+    assert "note:" not in capsys.readouterr().out
+    train_gpt.main(["--resume", "--out", str(tmp_path), "--steps", "5", "--no-progress"])
+    out = capsys.readouterr().out
+    assert ("note: this run's learning-rate schedule ends at step 3 (lr_decay_steps, fixed "
+            "when the run started); steps 4 to 5 train at the minimum rate 0.001") in out
+    train_gpt.main(["--resume", "--out", str(tmp_path), "--steps", "6", "--no-progress"])
+    assert "; step 6 train at the minimum rate" in capsys.readouterr().out
