@@ -156,6 +156,9 @@ def test_empty_views_compute_like_torch():
     y = ta.arange(12.0, requires_grad=True)
     y.as_strided((0, 3), (1, 2**40), 11).sum().backward()
     assert y.grad.tolist() == [0.0] * 12
+    h = ta.arange(4, dtype=ta.float16).requires_grad_()  # 2**60 int64 positions: too many
+    h.as_strided((0, 2**60), (1, 1), 2).sum().backward()
+    assert h.grad.tolist() == [0.0] * 4
 
 
 @pytest.mark.xfail(strict=True, reason="storage.wrap_array takes an empty array's strides "
