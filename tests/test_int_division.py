@@ -1,6 +1,7 @@
 """Integer tensors against torch 2.13: division by zero and Python ints out of range.
 
-Every op that divides in an integer dtype (floor_divide, //, remainder, %, fmod) raises
+Every op that divides in an integer dtype (floor_divide, //, remainder, %, fmod, div and
+div_ with rounding_mode) raises
 RuntimeError "ZeroDivisionError" on a zero divisor, a tensor's or a Python 0 (true division
 gives inf). An int operand of arithmetic, bitwise and comparison ops is read as 64 bits and
 wraps into the tensor's width (0xFFFFFFFF is -1 in int32), beyond 64 bits OverflowError; a
@@ -108,6 +109,10 @@ DIVIDING = {
     "r//": lambda lib, x, z: 5 // z,
     "r%": lambda lib, x, z: 5 % z,
     "/": lambda lib, x, z: x / z,
+    "div trunc": lambda lib, x, z: x.div(z, rounding_mode="trunc"),
+    "div floor": lambda lib, x, z: x.div(z, rounding_mode="floor"),
+    "div_ trunc": lambda lib, x, z: x.clone().div_(z, rounding_mode="trunc"),
+    "div_ floor": lambda lib, x, z: x.clone().div_(z, rounding_mode="floor"),
 }
 
 
@@ -153,3 +158,25 @@ def test_zero_division_is_found_on_every_device(device):
     with pytest.raises(RuntimeError, match="remainder: ZeroDivisionError"):
         x % ta.tensor([1, 0], dtype=ta.int64, device=device)
     assert (x // 2).cpu().tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+@pytest.mark.parametrize("dt", ["int8", "int64", "uint8", "float32", "float64"])
+def test_div_rounding_modes_match_torch(dt, mode):
+    torch = pytest.importorskip("torch")
+    xs = [7, 6, 5, 0, 255] if dt == "uint8" else [-7, -6, 7, 5, 0]
+    for other in (2, 3, 2.5, "tensor"):
+        def run(lib, other=other):
+            x = lib.tensor(xs, dtype=getattr(lib, dt))
+            o = lib.tensor([2, 3, 1, 4, 5], dtype=getattr(lib, dt)) if other == "tensor" else other
+            return [_outcome(lambda: x.div(o, rounding_mode=mode)),
+                    _outcome(lambda: x.clone().div_(o, rounding_mode=mode))]
+        assert run(ta) == run(torch), (other, run(ta), run(torch))
+
+
+def test_div_rounding_gradient_is_zero_and_bad_mode_refused():
+    x = ta.tensor([-7.0, 6.5], dtype=ta.float64, requires_grad=True)
+    x.div(2, rounding_mode="floor").sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0]
+    with pytest.raises(RuntimeError, match="rounding_mode to be one of"):
+        x.div(2, rounding_mode="round")

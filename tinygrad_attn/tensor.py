@@ -399,7 +399,10 @@ class Tensor:
     def add_(self, other, alpha=1): return _ops.inplace(self, "add", other, alpha)
     def sub_(self, other, alpha=1): return _ops.inplace(self, "add", other, -alpha)
     def mul_(self, other): return _ops.inplace(self, "mul", other)
-    def div_(self, other): return _ops.inplace(self, "div", other)
+    def div_(self, other, *, rounding_mode=None):
+        if rounding_mode is None:
+            return _ops.inplace(self, "div", other)
+        return _ops.inplace(self, "rounded_div", other, rounding_mode)
     def zero_(self): return _ops.inplace(self, "fill", 0)
     def fill_(self, value): return _ops.inplace(self, "fill", value)
     def copy_(self, src): return _ops.inplace(self, "copy", src)

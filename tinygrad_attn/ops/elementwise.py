@@ -183,6 +183,31 @@ class Div(Function):
         return ga, gb
 
 
+class DivRounded(Function):
+    """y = trunc(a / b) or floor(a / b) (div's rounding_mode), in the promoted dtype;
+    ga = gb = 0 (the result is piecewise constant), as torch. Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, a, b, mode):
+        op_name = f"div(rounding_mode={mode!r})"
+        A, B, xp, dtype = _binary_arrays(op_name, a, b)
+        check_integer_divisor(op_name, a, b, B, dtype)
+        _remember(ctx, a, b, dtype)
+        if mode == "floor":  # Python's floor division, for floats too (as torch's)
+            return _wrap(xp.floor_divide(A, B))
+        if dtype.is_floating_point:
+            return _wrap(xp.trunc(xp.true_divide(A, B)))
+        q = xp.floor_divide(A, B)  # toward zero: one up where the signs differ, inexactly
+        return _wrap(q + ((A % B != 0) & ((A < 0) != (B < 0))).astype(q.dtype))
+
+    @staticmethod
+    def backward(ctx, g):
+        zeros = backend.xp_for(g.device).zeros_like(g._array())
+        na, nb = ctx.needs_input_grad[:2]
+        return (_grad(ctx, 0, zeros) if na else None, _grad(ctx, 1, zeros) if nb else None,
+                None)
+
+
 class Pow(Function):
     """y = a ** b;  ga = g * b * a^(b-1) (0 where b = 0), gb = g * y * log(a) (0 where
     a = 0 and b >= 0), as torch defines the gradient at those points. Saves a, b and (for
@@ -501,8 +526,14 @@ def sub(x, other): return Sub.apply(x, other)
 @op(Mul, method=True)
 def mul(x, other): return Mul.apply(x, other)
 
-@op(Div, method=True)
-def div(x, other): return Div.apply(x, other)
+@op(Div, DivRounded, method=True)
+def div(x, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        return Div.apply(x, other)
+    if rounding_mode not in ("trunc", "floor"):
+        raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                           f"but found {rounding_mode!r}")
+    return DivRounded.apply(x, other, rounding_mode)
 
 @op(Pow, method=True)
 def pow(x, exponent): return Pow.apply(x, exponent)  # noqa: A001

@@ -24,6 +24,7 @@ from ..autograd import Function, GradMode, check_inplace
 from ..backend.dtypes import checked_scalar, scalar_as
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, sum_to, unbroadcast
+from .elementwise import div
 from .indexing import resolve_index
 from .registry import op
 
@@ -380,7 +381,7 @@ def _guard(op: str, x: Tensor, *others) -> None:
     ClampInplace, method=("add_", "sub_", "mul_", "div_", "zero_", "fill_", "copy_",
                           "masked_fill_", "clamp_"))
 def inplace(x: Tensor, kind: str, *args):
-    op = f"{kind}_"
+    op = "div_" if kind == "rounded_div" else f"{kind}_"
     _guard(op, x, *args)
     check_same_device(op, x, *args)
     if kind == "masked_fill":
@@ -391,12 +392,16 @@ def inplace(x: Tensor, kind: str, *args):
     elif kind != "fill":  # fill_ and zero_ give every element one value: allowed as torch
         check_internal_overlap(op, x._shape, x._strides)
         check_partial_overlap(op, _geometry(x), x._storage, *args)
-    if kind in ("add", "mul", "div", "copy"):
+    if kind in ("add", "mul", "div", "copy", "rounded_div"):
         _check_broadcast_into(op, x, args[0])
     if kind in ("add", "mul", "div"):
         _check_cast_back(op, x, args[0], floating=kind == "div")
     if kind == "copy" and type(args[0]) is not Tensor:
         raise TypeError(f"copy_: src must be a Tensor, got {type(args[0]).__name__}")
+    if kind == "rounded_div":  # x.div_(y, rounding_mode=...): the rounded quotient, copied in
+        quotient = div(x, args[0], rounding_mode=args[1])
+        _check_cast_back("div_", x, quotient.dtype)
+        return CopyInplace.apply(x, quotient)
     fn = _KINDS[kind]
     if kind == "add":
         out = fn.apply(x, args[0], alpha=args[1])
