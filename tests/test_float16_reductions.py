@@ -130,13 +130,15 @@ def test_float16_reductions_accumulate_in_float32(name, kind):
 
 
 @pytest.mark.parametrize("kind", ["large", "offset", "many"])
-def test_float16_cumsum_gradient_accumulates_in_float32(kind):
-    """cumsum's gradient, a reversed cumsum, sums in float32 (its forward is scan.py's)."""
+def test_float16_cumsum_accumulates_in_float32(kind):
+    """cumsum and its gradient, a reversed cumsum, sum in float32 and round once."""
     torch = pytest.importorskip("torch")
     arr = _data(kind)
-    _, ours = _run(ta, lambda lib, x: x.cumsum(-1), arr, np.float16)
-    _, truth = _run(torch, lambda lib, x: x.cumsum(-1), arr, np.float32)
-    assert ours.dtype is ta.float16
+    (out,), ours = _run(ta, lambda lib, x: x.cumsum(-1), arr, np.float16)
+    (truth_out,), truth = _run(torch, lambda lib, x: x.cumsum(-1), arr, np.float32)
+    assert out.dtype is ta.float16 and ours.dtype is ta.float16
+    with np.errstate(over="ignore"):
+        _close(out.detach().numpy(), truth_out.detach().numpy().astype(np.float16), "output")
     _close(ours.numpy(), truth.numpy().astype(np.float16), "gradient")
 
 
@@ -150,6 +152,10 @@ def test_float16_prod_multiplies_in_float32(n):
     assert ours.dtype is ta.float16 and our_grad.dtype is ta.float16
     _close(ours.detach().numpy(), truth.detach().numpy().astype(np.float16), "output")
     _close(our_grad.numpy(), true_grad.numpy().astype(np.float16), "gradient")
+    (ours,), _ = _run(ta, lambda lib, x: x.cumprod(-1), arr, np.float16)
+    (truth,), _ = _run(torch, lambda lib, x: x.cumprod(-1), arr, np.float32)
+    assert ours.dtype is ta.float16
+    _close(ours.detach().numpy(), truth.detach().numpy().astype(np.float16), "cumprod")
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -31,7 +31,9 @@ class Cumsum(Function):
         ctx.d, ctx.in_dtype = d, x.dtype
         xp = backend.xp_for(x.device)
         X = as_1d(x._array())
-        return from_array(xp.cumsum(X, axis=d, dtype=out_dtype.np).reshape(x.shape))
+        acc = "float32" if out_dtype is backend.float16 else out_dtype.np  # as torch: half
+        Y = xp.cumsum(X, axis=d, dtype=acc)  # accumulates in float32, rounded once
+        return from_array(Y.astype(out_dtype.np, copy=False).reshape(x.shape))
 
     @staticmethod
     def backward(ctx, g):
@@ -57,7 +59,9 @@ class Cumprod(Function):
         ctx.save_for_backward(x)
         xp = backend.xp_for(x.device)
         X = as_1d(x._array())
-        return from_array(xp.cumprod(X, axis=d, dtype=out_dtype.np).reshape(x.shape))
+        acc = "float32" if out_dtype is backend.float16 else out_dtype.np  # as torch: half
+        Y = xp.cumprod(X, axis=d, dtype=acc)  # accumulates in float32, rounded once
+        return from_array(Y.astype(out_dtype.np, copy=False).reshape(x.shape))
 
     @staticmethod
     def backward(ctx, g):
