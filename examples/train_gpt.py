@@ -302,12 +302,12 @@ class _Run:
         status 2 if it cannot be written (checked now, not at the first save after all the
         training)."""
         self.out, self.created = out, created
+        if os.path.exists(out) and not os.path.isdir(out):
+            _fail(f"--out {out}: not a directory")
         try:
             if create and not os.path.isdir(out):
                 os.makedirs(out)
                 self.created = True
-            if not os.path.isdir(out):
-                _fail(f"--out {out}: not a directory")
             if os.path.isdir(self.ckpt):
                 _fail(f"--out {out}: {self.ckpt} is a directory, not a checkpoint file")
             self.lock = RunLock(out).acquire()
@@ -441,7 +441,7 @@ def _main(args, given: set, run: _Run) -> Trainer:
           f"parameters, {trainer.gcfg}")
     print(f"unigram entropy of the validation text: {trainer.unigram_entropy():.3f} nats")
     every = f", every {trainer.tcfg.save_every} steps" if trainer.tcfg.save_every else ""
-    print(f"checkpoint: {run.ckpt} (at the end{every}, and on Ctrl-C)")
+    print(f"checkpoint: {run.ckpt} (at the end{every}, and on Ctrl-C or SIGTERM)")
     run.total = trainer.tcfg.steps
     note = trainer.schedule_note()
     if note:

@@ -137,13 +137,14 @@ class _StopOnSignal:
             raise Interrupted(signum, self.trainer.step, None)
         self.signum = signum
         cfg = self.trainer.tcfg
+        step = self.trainer.step
+        now = f"finishing step {step + 1}" if self.trainer._stepping else f"after step {step}"
         then = (f"then saving the checkpoint to {os.path.join(cfg.out, CHECKPOINT)}"
                 if cfg.out else "then stopping (no out directory: nothing will be saved)")
         # os.write, not print: the handler may run in the middle of another print
         again = ("Ctrl-C again stops at once, without saving" if signum == signal.SIGINT
                  else "a second signal stops at once, without saving")
-        os.write(2, (f"\n{signal.Signals(signum).name}: finishing step {self.trainer.step + 1}, "
-                     f"{then}; {again}\n").encode())
+        os.write(2, f"\n{signal.Signals(signum).name}: {now}, {then}; {again}\n".encode())
 
 
 class Trainer:
@@ -178,6 +179,7 @@ class Trainer:
         self.metadata: dict[str, str] = {}
         self._retry = None  # (batch, RNG state) of a step that failed before its update
         self._saved_step = None  # the step the last checkpoint holds
+        self._stepping = False  # in train_step: a signal now is for the step under way
 
     # -- one step ----------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -199,6 +201,13 @@ class Trainer:
         return loss
 
     def train_step(self) -> dict:
+        self._stepping = True
+        try:
+            return self._train_step()
+        finally:
+            self._stepping = False
+
+    def _train_step(self) -> dict:
         cfg = self.tcfg
         lr = self.lr_at(self.step)
         for group in self.optimizer.param_groups:
@@ -498,8 +507,12 @@ class RunLock:
                 except FileNotFoundError:
                     pass
                 continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(owner, f)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(owner, f)
+            except BaseException:  # a lock without its owner would refuse every trainer
+                os.unlink(self.path)
+                raise
             RunLock._held.add(os.path.abspath(self.path))
             return self
         raise RunLocked(f"could not take the lock {self.path}: other trainers keep taking it")

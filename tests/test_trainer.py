@@ -1,13 +1,16 @@
 """The trainer: it learns, it logs memory, and resuming from a checkpoint is exact."""
 
 import gc
+import os
+import signal
 import traceback
 
 import numpy as np
+import pytest
 
 import nn
 import tinygrad_attn as ta
-from nn.trainer import CHECKPOINT, TrainConfig, Trainer
+from nn.trainer import CHECKPOINT, DataMismatch, Interrupted, TrainConfig, Trainer
 
 TEXT = "".join(f"def f{i}(x):\n    return x * {i % 7} + {i % 5}\n" for i in range(400))
 TINY = nn.GPTConfig(vocab_size=1, block_size=16, n_layer=1, n_head=2, n_embd=16)
@@ -201,3 +204,48 @@ def test_train_step_after_out_of_memory_is_the_step_a_clean_run_takes(tmp_path):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert failed.train_batches.state_dict() == clean.train_batches.state_dict()
+
+
+# ----------------------------------------------------------------------------- signals, data
+def _signal_after_first_step(times):
+    """A log that sends this process SIGINT `times` times when the first step is logged."""
+    def log(line):
+        if line.startswith("memory of the first step"):
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGINT)
+
+    return log
+
+
+def test_a_signal_finishes_the_step_saves_and_raises_interrupted(tmp_path):
+    before = signal.getsignal(signal.SIGINT)
+    trainer = Trainer(TINY, _cfg(tmp_path, 50), TEXT, log=_signal_after_first_step(1))
+    with pytest.raises(Interrupted) as info:
+        trainer.run()
+    e = info.value
+    assert isinstance(e, KeyboardInterrupt)  # code that stops on Ctrl-C stops here too
+    assert (e.signum, e.step, e.exit_status) == (signal.SIGINT, 1, 130)
+    assert e.path == str(tmp_path / CHECKPOINT) and trainer.step == 1
+    assert nn.load_metadata(e.path)["step"] == "1"
+    assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is back
+    resumed = Trainer.from_checkpoint(e.path, TEXT, log=lambda *_: None)
+    assert resumed.step == 1
+
+    # a second signal: at once, nothing saved (no out here either way)
+    trainer = Trainer(TINY, _cfg(tmp_path / "b", 50), TEXT, log=_signal_after_first_step(2))
+    with pytest.raises(Interrupted) as info:
+        trainer.run()
+    assert info.value.path is None and not (tmp_path / "b").exists()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_resuming_on_another_text_is_refused_naming_the_change(tmp_path):
+    trainer = Trainer(TINY, _cfg(tmp_path, 2), TEXT, log=lambda *_: None)
+    trainer.run(memory_report=False)
+    path = str(tmp_path / CHECKPOINT)
+    with pytest.raises(DataMismatch, match="characters added: 'Z'") as info:
+        Trainer.from_checkpoint(path, TEXT + "Z", log=lambda *_: None)
+    assert info.value.changes[0] == f"size {len(TEXT):,} -> {len(TEXT) + 1:,} bytes"
+    with pytest.raises(DataMismatch, match="the same characters in a different text"):
+        Trainer.from_checkpoint(path, TEXT[::-1], log=lambda *_: None)
+    assert Trainer.from_checkpoint(path, TEXT, log=lambda *_: None).step == 2
