@@ -242,9 +242,13 @@ def test_advanced_index_out_of_bounds():
 
 
 def test_narrow_out_of_range():
-    with pytest.raises(IndexError, match=esc("narrow", "start 2", "length 3", "size 3",
-                                             "(2, 3)")):
+    # torch's types: a start outside the dim is an IndexError, a length past its end a
+    # RuntimeError
+    with pytest.raises(RuntimeError, match=esc("narrow", "start 2", "length 3", "size 3",
+                                               "(2, 3)")):
         ta.randn(2, 3).narrow(1, 2, 3)
+    with pytest.raises(IndexError, match=esc("narrow", "start 4", "size 3", "(2, 3)")):
+        ta.randn(2, 3).narrow(1, 4, 0)
 
 
 def test_negative_slice_step():

@@ -315,11 +315,20 @@ def getitem(x: Tensor, index):
 @op(Slice, method=True)
 def narrow(x, dim, start, length):
     d = shp.normalize_dim(dim, x.ndim, "narrow")
-    if start < 0:
-        start += x.shape[d]
-    if not (0 <= start and length >= 0 and start + length <= x.shape[d]):
+    n = x.shape[d]
+    if not -n <= start <= n:  # torch: a start outside the dim is an IndexError ...
         raise IndexError(
-            f"narrow: start {start} + length {length} exceeds dim {d} of size {x.shape[d]} "
+            f"narrow: start {start} out of range [{-n}, {n}] for dim {d} of size {n} "
+            f"(shape {tuple(x.shape)})"
+        )
+    if start < 0:
+        start += n
+    if length < 0:  # ... a bad length a RuntimeError
+        raise RuntimeError(f"narrow: length must be non-negative, got {length} "
+                           f"(shape {tuple(x.shape)}, dim {d})")
+    if start + length > n:
+        raise RuntimeError(
+            f"narrow: start {start} + length {length} exceeds dim {d} of size {n} "
             f"(shape {tuple(x.shape)})"
         )
     return Slice.apply(x, (slice(None),) * d + (slice(start, start + length),))
