@@ -75,6 +75,10 @@ INPLACE = {
     "clamp": lambda x, v: x.clamp(max=v),
     "clamp_": lambda x, v: x.clamp_(max=v),
     "full": lambda x, v: _lib(x).full((2,), v, dtype=x.dtype),
+    "pow": lambda x, v: x ** v,
+    "rpow": lambda x, v: v ** x.abs(),  # (negative integer exponents: not this test's)
+    "index_fill": lambda x, v: x.index_fill(0, _lib(x).tensor([0]), v),
+    "scatter": lambda x, v: x.scatter(0, _lib(x).tensor([0]), v),
 }
 
 

@@ -216,7 +216,11 @@ class Pow(Function):
     @staticmethod
     def forward(ctx, a, b):
         A, B, xp, dtype = _binary_arrays("pow", a, b)
-        if not dtype.is_floating_point and bool(xp.any(xp.asarray(B) < 0)):
+        if type(b) is not Tensor and dtype not in (backend.float32, backend.float64):
+            checked_scalar("pow", b, dtype)  # torch checks the exponent's range (float32 and
+            # float64 take it as a double)
+        negative = (b < 0) if type(b) is not Tensor else bool(xp.any(xp.asarray(B) < 0))
+        if not dtype.is_floating_point and negative:
             raise RuntimeError(f"pow: integers to negative integer powers are not allowed "
                                f"(shapes {_shape(a)} and {_shape(b)})")
         _remember(ctx, a, b, dtype)

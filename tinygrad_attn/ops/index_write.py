@@ -14,6 +14,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..backend.dtypes import checked_scalar
 from ._axis import as_1d, check_index, dim_of, scan
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .indexing import _full_index
@@ -109,7 +110,7 @@ class ScatterReduce(Function):
                                f"{x.dtype.name} and {src.dtype.name}")
         grid = _grid(xp, X.shape, I, d)
         vals = (_src_part(as_1d(src._array()), I.shape) if src_is_tensor
-                else xp.full(I.shape, src, dtype=X.dtype))
+                else xp.full(I.shape, checked_scalar(op_name, src, x.dtype), dtype=X.dtype))
         out = X.copy()
         lin = _linear(xp, X.shape, grid, I.shape)
         flat = out.reshape(-1)
@@ -268,7 +269,8 @@ class IndexWrite(Function):
             if type(source) is Tensor and source.ndim != 0:
                 raise IndexError(f"index_fill: value must be a 0-d tensor, got shape "
                                  f"{tuple(source.shape)}")
-            out[rows] = source._array() if type(source) is Tensor else source
+            out[rows] = (source._array() if type(source) is Tensor
+                         else checked_scalar("index_fill", source, x.dtype))  # must fit
         else:
             if type(source) is not Tensor or source.dtype is not x.dtype:  # torch: no promotion
                 got = source.dtype.name if type(source) is Tensor else type(source).__name__
