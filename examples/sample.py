@@ -5,7 +5,10 @@
     python examples/sample.py --ckpt runs/a/ckpt.safetensors --top-k 0 --seed 7
 
 The checkpoint carries the model's config and its tokenizer, so no data is needed. The
-same checkpoint, start and seed give the same text.
+same checkpoint, start and seed give the same text. train_gpt.py names its directory at
+the start and at each save (without --out, a new runs/DATE-TIME), and ends with the
+command that samples from it. A checkpoint whose tensors disagree with its recorded config
+stops with one line naming the tensors and shapes.
 """
 
 from __future__ import annotations
