@@ -495,17 +495,14 @@ class RunLock:
     def acquire(self) -> RunLock:
         owner = {"pid": os.getpid(), "host": _host(),
                  "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        for _ in range(3):
+        for _ in range(100):
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 held = self._owner()
                 if not self._stale(held):
                     raise RunLocked(self._refusal(held)) from None
-                try:  # another trainer may remove it at the same moment: then retry
-                    os.unlink(self.path)
-                except FileNotFoundError:
-                    pass
+                self._remove_stale(held)
                 continue
             try:
                 with os.fdopen(fd, "w") as f:
@@ -516,6 +513,31 @@ class RunLock:
             RunLock._held.add(os.path.abspath(self.path))
             return self
         raise RunLocked(f"could not take the lock {self.path}: other trainers keep taking it")
+
+    def _remove_stale(self, held: dict) -> None:
+        """Delete the lock `held` described, if it is still that one. Two trainers that
+        both found it stale must not both delete: the second would delete the lock the
+        first has just taken. So removing takes a second O_EXCL file, and re-reads the
+        lock under it."""
+        breaker = self.path + ".break"
+        try:
+            fd = os.open(breaker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:  # another trainer is removing it; wait, then look again
+            try:
+                if time.time() - os.path.getmtime(breaker) > 10:  # its remover died
+                    os.unlink(breaker)
+            except FileNotFoundError:
+                pass
+            time.sleep(0.05)
+            return
+        try:
+            if held and self._owner() == held:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
+            os.unlink(breaker)
 
     def release(self) -> None:
         key = os.path.abspath(self.path)
@@ -556,7 +578,8 @@ class RunLock:
     def _refusal(self, owner: dict | None) -> str:
         directory = os.path.dirname(self.path) or "."
         if owner is None:
-            who = f"its lock file {self.path} cannot be read"
+            who = (f"its lock file {self.path} holds no owner yet: a trainer is taking it "
+                   "now, or died while taking it")
         else:
             who = (f"pid {owner['pid']} on host {owner['host']} holds {self.path} since "
                    f"{owner.get('started', '?')}")

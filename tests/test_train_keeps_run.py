@@ -311,6 +311,32 @@ def test_lock_file_stale_owner_removed_live_or_foreign_owner_refused(tmp_path, d
     assert not (run / LOCK).exists()
 
 
+def test_of_trainers_racing_for_a_stale_lock_exactly_one_gets_it(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / LOCK).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    race = ("import sys, time\n"
+            "from nn.trainer import RunLock, RunLocked\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"  # all start together
+            "try:\n"
+            "    RunLock(sys.argv[1]).acquire()\n"
+            "    print('got', flush=True)\n"
+            "    time.sleep(1)\n"  # held while the others try
+            "except RunLocked:\n"
+            "    print('refused')\n")
+    procs = [subprocess.Popen([sys.executable, "-c", race, str(tmp_path)], env=_env(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    for p in procs:
+        assert p.stdout.readline() == "ready\n"  # imported, waiting on stdin
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    results = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert results == ["got", "refused", "refused"]
+
+
 # ----------------------------------------------------------------------------- a full disk
 def _no_space(monkeypatch):
     def fsync(fd):
