@@ -370,6 +370,10 @@ def _checkpoint_step(path: str) -> str | None:
         return None
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
 def _stop_at_once(signum, frame) -> None:
     """Before and after training, SIGTERM (like Ctrl-C) stops at once, as an exception,
     so that the lock is released and the message says what is saved."""
@@ -433,8 +437,8 @@ def _main(args, given: set, run: _Run) -> Trainer:
                                                       "text": args.config_text})
     need, free = trainer.checkpoint_bytes(), shutil.disk_usage(run.out).free
     if free < need:
-        _fail(f"--out {run.out}: {free / 2**20:.1f} MiB free on its filesystem, and a "
-              f"checkpoint of this model needs about {need / 2**20:.1f} MiB")
+        _fail(f"--out {run.out}: {_size(free)} free on its filesystem, and a checkpoint of "
+              f"this model needs about {_size(need)}")
     model = trainer.model
     print(f"corpus: {len(trainer.train_batches.data) + len(trainer.val_ids):,} characters, "
           f"vocabulary {trainer.tokenizer.vocab_size}; model: {model.num_params():,} "
