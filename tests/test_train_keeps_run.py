@@ -378,10 +378,12 @@ def _tmpfs(path, size):
 
 
 def test_a_real_full_disk_on_a_small_tmpfs(tmp_path, data, capsys):
-    """A 100 KiB filesystem holds one checkpoint of the tiny model (63 KB) but not the
-    temporary of the next save beside it."""
+    """A filesystem 1.5 times the size of the tiny model's checkpoint holds one of them,
+    but not the temporary of the next save beside it."""
+    train_gpt.main([*_tiny(data, "--steps", "1"), "--out", str(tmp_path / "probe")])
+    size = (tmp_path / "probe" / CHECKPOINT).stat().st_size
     disk = tmp_path / "disk"
-    _tmpfs(disk, "100k")
+    _tmpfs(disk, f"{size * 3 // 2 // 1024 + 8}k")  # + a page for the lock, rounding
     try:
         _, err = _exit(capsys, [*_tiny(data, "--steps", "3", "--save-every", "1"),
                                 "--out", str(disk / "run")], status=1)
