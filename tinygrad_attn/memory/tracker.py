@@ -49,7 +49,9 @@ class Tracker:
         self.events: list = []
         self.fanout: dict = {}
         for st in gc.get_objects():  # what was alive before we started watching
-            if type(st) is _storage.Storage and st.device == device:
+            # (one another thread is constructing has no `call` yet: its on_alloc will come)
+            if (type(st) is _storage.Storage and hasattr(st, "call")
+                    and st.device == device):
                 self._remember(st, preexisting=True)
 
     def _remember(self, st, preexisting=False) -> dict:
