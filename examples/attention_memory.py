@@ -38,6 +38,7 @@ import tinygrad_attn as ta
 from nn.optim import AdamW
 
 MiB = 2**20
+PROG = "attention_memory.py"
 IMPLS = ("naive", "views", "flash")
 SWITCHES = {  # ta.memory.emulate keyword -> the habit of the story it reproduces, alone
     "permute_copies": {"permute_copies": True},
@@ -56,6 +57,30 @@ def story_config(quick: bool = False) -> nn.GPTConfig:
                             dropout=0.0, attn_block_size=16)
     return nn.GPTConfig(vocab_size=65, block_size=256, n_layer=4, n_head=4, n_embd=128,
                         dropout=0.0)
+
+
+def _available_memory() -> int | None:
+    """Bytes this process could still get: MemAvailable, else the physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _refuse_if_too_big(need: int, what: str, fix: str) -> None:
+    """One line and exit status 2 when a step would need more than the machine has."""
+    free = _available_memory()
+    if free is not None and need > free:
+        print(f"{PROG}: error: {what} needs at least {need / 2**30:.1f} GiB for one step "
+              f"and {free / 2**30:.1f} GiB is available: {fix}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 # ----------------------------------------------------------------------------- analytic
@@ -361,6 +386,12 @@ def main(argv=None) -> dict:
     batches = args.batch or ([4, 8] if args.quick else [32, 64])
     limit = ta.memory.parse_bytes(args.limit)
     big = max(batches)
+    if min(batches) < 1 or min(args.small_batch) < 1:
+        p.error("batch sizes must be at least 1")
+    _refuse_if_too_big(floor_bytes(base, big, "naive")["total"], f"--batch {big}",
+                       "lower --batch")
+    if args.plot and os.path.dirname(args.plot):
+        os.makedirs(os.path.dirname(args.plot), exist_ok=True)
     out: dict = {"rows": [], "emulation": [], "predictions": []}
 
     print(f"# Attention memory: n_layer {base.n_layer}, n_head {base.n_head}, n_embd "
@@ -489,4 +520,8 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except MemoryError as e:  # past the estimate: one line, not NumPy's traceback
+        print(f"{PROG}: error: out of memory: {e}; lower --batch", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import platform
 import sys
 from dataclasses import replace
@@ -53,6 +54,8 @@ import numpy as np
 import nn
 import tinygrad_attn as ta
 from nn.gpt import swiglu_hidden
+
+PROG = "gpt_options_memory.py"
 
 VARIANTS = {
     "nanoGPT (LayerNorm, learned, GELU, MHA)": {},
@@ -72,6 +75,30 @@ def base_config(quick: bool = False, attn: str = "views") -> nn.GPTConfig:
                             attn=attn, attn_block_size=8)
     return nn.GPTConfig(vocab_size=65, block_size=256, n_layer=4, n_head=4, n_embd=128,
                         attn=attn)
+
+
+def _available_memory() -> int | None:
+    """Bytes this process could still get: MemAvailable, else the physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _refuse_if_too_big(need: int, what: str, fix: str) -> None:
+    """One line and exit status 2 when a step would need more than the machine has."""
+    free = _available_memory()
+    if free is not None and need > free:
+        print(f"{PROG}: error: {what} needs at least {need / 2**30:.1f} GiB for one step "
+              f"and {free / 2**30:.1f} GiB is available: {fix}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 # ----------------------------------------------------------------------------- analytic
@@ -182,6 +209,11 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     cfg = base_config(args.quick, args.attn)
     batch = args.batch or (2 if args.quick else 8)
+    if batch < 1:
+        ap.error(f"--batch must be at least 1, got {batch}")
+    worst = replace(cfg, norm="rmsnorm", pos_emb="rope", mlp="swiglu")  # the most saved
+    _refuse_if_too_big(floor_bytes(worst, batch)["saved"] + 16 * param_count(cfg),
+                       f"--batch {batch}", "lower --batch")
     rows = {name: measure(replace(cfg, **opts), batch) for name, opts in VARIANTS.items()}
     text = table(rows, cfg, batch)
     print(text)
@@ -192,4 +224,8 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main()["exact"] else 1)
+    try:
+        sys.exit(0 if main()["exact"] else 1)
+    except MemoryError as e:  # past the estimate: one line, not NumPy's traceback
+        print(f"{PROG}: error: out of memory: {e}; lower --batch", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -11,6 +11,7 @@ the peak and saves what the browser shows: the README's picture is made this way
 
 import argparse
 import os
+import sys
 import tempfile
 
 import nn
@@ -74,6 +75,12 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=".", help="folder for memory.html and memory.png")
     p.add_argument("--screenshot", help="also save the viewer, as a browser shows it, here")
     args = p.parse_args(argv)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        if args.screenshot and os.path.dirname(args.screenshot):
+            os.makedirs(os.path.dirname(args.screenshot), exist_ok=True)
+    except OSError as e:
+        p.error(f"cannot create the output folder: {e.strerror or e}: {e.filename}")
     prof, _model = tiny_step()  # alive while drawing
     title = "one training step of a 2-layer GPT"
     print(prof.report().split("\n\n")[0])
@@ -90,4 +97,8 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except MemoryError as e:  # one line, not NumPy's traceback
+        print(f"memory_viewer.py: error: out of memory: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

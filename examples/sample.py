@@ -107,4 +107,7 @@ def main(argv=None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except MemoryError as e:  # one line, not NumPy's traceback
+        _fail(f"out of memory: {e}")
