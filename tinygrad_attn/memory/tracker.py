@@ -35,6 +35,22 @@ def source_line() -> str | None:
 
 
 # ----------------------------------------------------------------------------- tracker
+def _live_storages() -> list:
+    """Every live Storage, from the collector's list of all objects. That list also holds a
+    tuple another thread may be building (tuple(generator)), whose building fails with a
+    SystemError if anything else references it when it grows; so no other thread is let run
+    (a long switch interval) until the list is dropped, which takes milliseconds."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        everything = gc.get_objects()
+        found = [st for st in everything if type(st) is _storage.Storage]
+        del everything
+    finally:
+        sys.setswitchinterval(interval)
+    return found
+
+
 class Tracker:
     """Observes storages, saved tensors and gradient sums (see state.observers)."""
 
@@ -48,10 +64,9 @@ class Tracker:
         self.nodes: dict = {}  # id(node) -> node info while its saved tensors live
         self.events: list = []
         self.fanout: dict = {}
-        for st in gc.get_objects():  # what was alive before we started watching
+        for st in _live_storages():  # what was alive before we started watching
             # (one another thread is constructing has no `call` yet: its on_alloc will come)
-            if (type(st) is _storage.Storage and hasattr(st, "call")
-                    and st.device == device):
+            if hasattr(st, "call") and st.device == device:
                 self._remember(st, preexisting=True)
 
     def _remember(self, st, preexisting=False) -> dict:
