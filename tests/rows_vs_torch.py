@@ -68,6 +68,8 @@ DIFFERENCES = {
                       "have x's dtype",
     "load_state_dict": "Module.load_state_dict also takes NumPy/CuPy arrays as values (torch "
                        "wants tensors)",
+    "pad": "circular padding raises where torch reads unwritten memory (a dim cropped to "
+           "nothing, then padded) or wraps more than once on an unbatched input",
 }
 
 
