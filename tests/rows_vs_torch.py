@@ -33,8 +33,9 @@ LAYOUTS = ("contiguous", "transposed", "sliced", "expanded")
 DIFFERENCES = {
     "dtypes": "no bfloat16, complex or uint16/32/64 dtypes: NumPy has no bfloat16, and the "
               "engine's ops are real-valued",
-    "float16": "float16 ops compute in float16 on NumPy (torch's CPU kernels widen to "
-               "float32 inside an op), so float16 results may differ in the last bit",
+    "float16": "float16 reductions and row ops accumulate in float32 and round once, as "
+               "torch's CPU kernels; results may differ from torch's in the last bit (closer "
+               "to the float32 result where torch's half kernel rounds an intermediate)",
     "errors": "shape errors are ShapeError, a subclass of both ValueError and RuntimeError "
               "(torch: RuntimeError); device mixes are DeviceMismatchError (a RuntimeError)",
     "int_overflow": "a bool tensor with an int in [2**63, 2**64) computes in int64, "
@@ -70,6 +71,10 @@ DIFFERENCES = {
                        "wants tensors)",
     "pad": "circular padding raises where torch reads unwritten memory (a dim cropped to "
            "nothing, then padded) or wraps more than once on an unbatched input",
+    "var/std": "with dim=() the gradient is that of dim=[0, 1, ...]; torch's backward counts "
+               "n = 1 there (inf), against its own forward",
+    "views": "a view past 2**63 - 1 bytes (zeros(0).view(0, 2**62)) raises ShapeError, as "
+             "NumPy cannot hold it; a negative size is refused even beside a 0",
 }
 
 
