@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import backend
+from . import shape as shp
 from .backend.dtypes import checked_scalar
 from .tensor import Tensor, from_array
 
@@ -24,12 +25,18 @@ def set_rng_state(state: dict) -> None:
     default_generator.set_state(state)
 
 
-def _shape(args) -> tuple:
+def _shape(op: str, args, dtype) -> tuple:
+    """The shape a factory was given, checked as torch checks it: a negative size is a
+    RuntimeError naming it, and a shape past what an array can address (2**63 - 1 bytes)
+    a ShapeError, before anything is allocated."""
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
     shape = tuple(int(s) for s in args)
     if any(s < 0 for s in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
+        raise RuntimeError(f"{op}: trying to create a tensor with a negative dimension: "
+                           f"{list(shape)}")
+    shp.check_view(op, shape, shp.contiguous_strides(shape), 0, shp.numel(shape),
+                   dtype.itemsize)
     return shape
 
 
@@ -66,6 +73,7 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
 def _filled(kind, shape, dtype, device, requires_grad, value=None):
     device = backend.canonical_device(device)
     dtype = _dtype(dtype)
+    shape = _shape(kind, shape, dtype)
     xp = backend.xp_for(device)
     with backend.on_device(device):
         if kind == "full":  # the value must fit the dtype, as torch checks it
@@ -76,15 +84,15 @@ def _filled(kind, shape, dtype, device, requires_grad, value=None):
 
 
 def zeros(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _filled("zeros", _shape(shape), dtype, device, requires_grad)
+    return _filled("zeros", shape, dtype, device, requires_grad)
 
 
 def ones(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _filled("ones", _shape(shape), dtype, device, requires_grad)
+    return _filled("ones", shape, dtype, device, requires_grad)
 
 
 def empty(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _filled("empty", _shape(shape), dtype, device, requires_grad)
+    return _filled("empty", shape, dtype, device, requires_grad)
 
 
 def full(shape, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -92,7 +100,7 @@ def full(shape, fill_value, dtype=None, device=None, requires_grad=False) -> Ten
         dtype = backend.bool_
     elif dtype is None and isinstance(fill_value, int):
         dtype = backend.int64
-    return _filled("full", _shape((shape,)), dtype, device, requires_grad, fill_value)
+    return _filled("full", (shape,), dtype, device, requires_grad, fill_value)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -140,7 +148,7 @@ def randn(*shape, dtype=None, device=None, requires_grad=False, generator=None) 
     dtype, device = _float_dtype("randn", dtype), backend.canonical_device(device)
     gen = generator or default_generator
     with backend.on_device(device):
-        arr = gen.normal(_shape(shape), dtype, device)
+        arr = gen.normal(_shape("randn", shape, dtype), dtype, device)
     return _finish(arr, requires_grad)
 
 
@@ -149,7 +157,7 @@ def rand(*shape, dtype=None, device=None, requires_grad=False, generator=None) -
     dtype, device = _float_dtype("rand", dtype), backend.canonical_device(device)
     gen = generator or default_generator
     with backend.on_device(device):
-        arr = gen.uniform(_shape(shape), dtype, device)
+        arr = gen.uniform(_shape("rand", shape, dtype), dtype, device)
     return _finish(arr, requires_grad)
 
 
@@ -159,7 +167,7 @@ def randint(low, high=None, size=(), dtype=None, device=None, generator=None) ->
     dtype, device = _dtype(dtype, backend.int64), backend.canonical_device(device)
     gen = generator or default_generator
     with backend.on_device(device):
-        arr = gen.integers(low, high, _shape((size,)), dtype, device)
+        arr = gen.integers(low, high, _shape("randint", (size,), dtype), dtype, device)
     return _finish(arr, False)
 
 

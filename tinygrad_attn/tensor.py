@@ -381,7 +381,10 @@ class Tensor:
     def reshape(self, *shape): return _ops.reshape(self, _shape_arg(shape))
     def reshape_as(self, other): return _ops.reshape(self, other.shape)
     def permute(self, *dims): return _ops.permute(self, _shape_arg(dims))
-    def expand(self, *shape): return _ops.expand(self, _shape_arg(shape))
+    def expand(self, *shape):
+        if not shape:  # torch: the sizes are required (expand(()) is the 0-d form)
+            raise TypeError('expand() missing 1 required positional argument: "size"')
+        return _ops.expand(self, _shape_arg(shape))
     def expand_as(self, other): return _ops.expand(self, other.shape)
 
     def cpu(self): return _ops.to(self, "cpu")

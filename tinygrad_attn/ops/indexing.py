@@ -6,6 +6,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..backend.dtypes import checked_scalar
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array, unbroadcast, zeros_array
 from .registry import op
@@ -290,8 +291,9 @@ class Where(Function):
         if getattr(C, "dtype", None) is not None and C.dtype != bool:
             raise TypeError(f"where: condition must be a bool tensor, got {C.dtype}")
         dtype = backend.promote(a, b)  # the two values promote; the condition does not
-        A, B = (v._array().astype(dtype.np, copy=False) if type(v) is Tensor else v
-                for v in (a, b))
+        # a Python number is stored as a value of the result dtype: it must fit (torch)
+        A, B = (v._array().astype(dtype.np, copy=False) if type(v) is Tensor
+                else checked_scalar("where", v, dtype) for v in (a, b))
         out = xp.asarray(xp.where(C, A, B)).astype(dtype.np, copy=False)
         ctx.dtypes = tuple(v.dtype if type(v) is Tensor else dtype for v in (a, b))
         ctx.shapes = (a.shape if type(a) is Tensor else (), b.shape if type(b) is Tensor else ())
@@ -336,7 +338,8 @@ class MaskedFill(Function):
             )
         if type(value) is Tensor and value.ndim != 0:
             raise ShapeError(f"masked_fill: value must be a 0-d tensor, got shape {value.shape}")
-        V = value._array() if type(value) is Tensor else value
+        V = value._array() if type(value) is Tensor else checked_scalar("masked_fill", value,
+                                                                          x.dtype)
         ctx.save_for_backward(mask)
         return from_array(backend.masked_fill(x._array(), mask._array(), V))
 
