@@ -280,7 +280,8 @@ def floor_divide(x, other) -> Tensor:
     """x // other, elementwise (not differentiable: its derivative is zero almost everywhere)."""
     A, B, xp, dtype = _binary_arrays("floor_divide", x, other)
     check_integer_divisor("floor_divide", x, other, B, dtype)
-    return _wrap(xp.floor_divide(A, B))
+    with backend.errstate(all="ignore"):  # floats divide as IEEE, silently (as torch)
+        return _wrap(xp.floor_divide(A, B))
 
 
 class _MinMax(Function):
