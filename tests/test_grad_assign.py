@@ -72,3 +72,18 @@ def test_backward_and_optimizer_still_fill_grad():
     assert lin.bias.tolist() == pytest.approx([b - 0.1 * 8 for b in before])
     opt.zero_grad()
     assert lin.weight.grad is None
+
+
+def test_backward_into_an_assigned_expanded_grad_refuses_as_torch():
+    """torch accepts an expanded .grad; accumulating into it would sum three gradients into
+    one memory cell ([3, 3, 3] for [1, 2, 3]), so backward raises torch's overlap error."""
+    torch = pytest.importorskip("torch")
+    for lib in (ta, torch):
+        w = lib.zeros(3, requires_grad=True)
+        w.grad = lib.zeros(1).expand(3)
+        with pytest.raises(RuntimeError, match="more than one element of the written-to"):
+            (w * lib.tensor([1.0, 2.0, 3.0])).sum().backward()
+    w = ta.zeros(3, requires_grad=True)
+    w.grad = ta.zeros(3)  # a dense one still accumulates
+    (w * ta.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert w.grad.tolist() == [1.0, 2.0, 3.0]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tinygrad_attn as ta
-from tinygrad_attn.ops.inplace import (
+from tinygrad_attn.shape import (
     has_internal_overlap,
     is_non_overlapping_and_dense,
     overlap_status,

@@ -244,3 +244,47 @@ def check_view(op: str, shape: Shape, strides: Strides, offset: int, storage_siz
             f"reach elements {lowest} to {highest}, out of bounds for a storage of "
             f"{storage_size} elements"
         )
+
+
+# ----------------------------------------------------------------------------- overlap
+def has_internal_overlap(shape, strides) -> bool:
+    """Whether a view writes several of its elements into one memory location, in the cases
+    torch answers "yes": a dim of size > 1 with stride 0 (expand, broadcast_to). Any other
+    self-overlapping layout (an as_strided window) is "too hard" for torch, which writes it
+    without complaint; so does this."""
+    if 0 not in strides:  # the hot path: every contiguous or permuted tensor stops here
+        return False
+    if 0 in shape:
+        return False
+    return any(st == 0 and n > 1 for n, st in zip(shape, strides))
+
+
+def is_non_overlapping_and_dense(shape, strides) -> bool:
+    """Whether the view covers a block of numel consecutive elements exactly once, in some
+    order of its dims (torch's test; dims of size 1 do not count, an empty view is dense)."""
+    if 0 in shape:
+        return True
+    expected = 1
+    for st, n in sorted((st, n) for n, st in zip(shape, strides) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def overlap_status(a: tuple, b: tuple) -> str:
+    """torch's get_overlap_status of two (shape, strides, offset) views of one Storage: "full"
+    (the same elements in the same order), "partial", or "no" (also when the layouts are
+    not dense: "too hard" for torch, which then lets the op run)."""
+    if a == b:
+        return "full"
+    (shape_a, st_a, oa), (shape_b, st_b, ob) = a, b
+    na, nb = numel(shape_a), numel(shape_b)
+    if na == 0 or nb == 0:
+        return "no"
+    if not (is_non_overlapping_and_dense(shape_a, st_a)
+            and is_non_overlapping_and_dense(shape_b, st_b)):
+        return "no"
+    if oa == ob and na == nb:
+        return "full" if st_a == st_b else "partial"
+    return "partial" if oa < ob + nb and ob < oa + na else "no"

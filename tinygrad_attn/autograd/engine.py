@@ -17,7 +17,7 @@ import threading
 from .. import backend
 from ..errors import DeviceMismatchError
 from ..memory import state as ledger_state
-from ..shape import index_geometry, view_strides
+from ..shape import has_internal_overlap, index_geometry, view_strides
 from ..tensor import Tensor, _ones_like_array, _zeros_array, from_array
 from .graph import AccumulateGrad, Node, _notify, _relabel, _restore, gradient_edge
 
@@ -306,7 +306,15 @@ def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool) -> None:
         g._storage.category = "gradient"
         var.grad = g
     else:
-        _add_inplace(var.grad, g)
+        grad = var.grad  # may be a user's assignment: an expanded one would sum into one cell
+        if 0 in grad._strides and has_internal_overlap(grad._shape, grad._strides):
+            raise RuntimeError(
+                "backward: unsupported operation: more than one element of the written-to "
+                f"tensor refers to a single memory location (.grad of shape {grad.shape}, "
+                f"strides {grad._strides}). Please clone() the tensor before accumulating "
+                "into it."
+            )
+        _add_inplace(grad, g)
 
 
 def _retain_grads(node: Node, grads: list, owned: list) -> None:
