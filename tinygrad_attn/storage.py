@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 
 from . import backend
+from . import shape as shp
 from .memory import state as ledger_state  # the ledger's tables (pure Python, no cycle)
 
 _ids = itertools.count(1)
@@ -113,5 +114,7 @@ def wrap_array(arr, copy_reason: str | None = None):
             dense = backend.flat_buffer(arr)
         flat, strides, _ = dense
     shape = arr.shape
+    if arr.size == 0:  # NumPy gives an empty array all-zero strides; torch, contiguous ones
+        strides = shp.contiguous_strides(shape)
     storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr), copy_reason, shape)
     return storage, shape, strides, 0
