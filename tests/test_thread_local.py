@@ -270,10 +270,10 @@ GELU = kernels.gelu_forward(X.reshape(-1))
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_fork_while_another_thread_trains(kernels):
     res = _run("""
-        # OpenBLAS on one thread: its own at-fork handler stops its pool and can wait forever
-        # on a worker that another thread's threaded GEMM gave work meanwhile (an OpenBLAS
-        # race, outside the engine); what this test checks is the engine's part of the fork
-        ta.set_num_threads(1)
+        # OpenBLAS on two threads: its at-fork handler stops its pool, which waited forever
+        # on a worker that another thread's threaded GEMM gave work meanwhile, until every
+        # GEMM went through the backend's fork gate
+        ta.set_num_threads(2)
         job, stop, errors = make(6, n_embd=64), threading.Event(), []
         def loop():
             try:
@@ -370,3 +370,45 @@ def test_fork_while_numba_compiles_in_another_thread():
         print(json.dumps({"took": took, "code": code}))
         """, "numba", fork=True)
     assert res["took"] < 2.0 and res["code"] == 0
+
+
+@posix
+def test_fork_while_another_thread_runs_threaded_gemms():
+    """OpenBLAS's at-fork handler joins its pool; a GEMM another thread started at that
+    moment left the parent waiting in fork() forever (two of three runs of 100 forks here,
+    before the gate). The gate holds GEMMs back for the fork's few microseconds."""
+    res = _run("""
+        ta.set_num_threads(2)
+        stop = threading.Event()
+        def loop():
+            a = ta.randn(384, 384)
+            while not stop.is_set():
+                (a @ a).sum().item()
+        t = threading.Thread(target=loop)
+        t.start()
+        time.sleep(0.2)
+        codes, slowest = [], 0.0
+        for i in range(60):
+            start = time.monotonic()
+            pid = os.fork()
+            if pid == 0:
+                y = ta.ones(64, 64) @ ta.ones(64, 64)  # a threaded GEMM in the child
+                os._exit(0 if (y == 64).all().item() else 1)
+            slowest = max(slowest, time.monotonic() - start)
+            codes.append(wait(pid))
+        stop.set()
+        t.join(60)
+        print(json.dumps({"codes": codes, "slowest": slowest, "alive": t.is_alive()}))
+        """, fork=True, timeout=120)
+    assert res["codes"] == [0] * 60
+    assert res["slowest"] < 5.0 and not res["alive"]
+
+
+def test_every_gemm_of_the_ops_goes_through_the_fork_gate():
+    """An op that called xp.matmul itself would reopen the parent's fork hang above."""
+    gate = ROOT / "tinygrad_attn" / "backend" / "threads.py"
+    ops = [p for p in sorted((ROOT / "tinygrad_attn").rglob("*.py")) if p != gate]
+    direct = [f"{p.relative_to(ROOT)}:{i}" for p in ops
+              for i, line in enumerate(p.read_text().splitlines(), 1)
+              if "xp.matmul(" in line or "np.matmul(" in line or ".dot(" in line]
+    assert direct == [], direct

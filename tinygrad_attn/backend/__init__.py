@@ -93,7 +93,7 @@ from .layout import (  # noqa: F401
     to_host,
 )
 from .random import Generator  # noqa: F401
-from .threads import get_num_threads, set_num_threads  # noqa: F401
+from .threads import get_num_threads, matmul, set_num_threads  # noqa: F401
 
 # `cp` (the GPU array library) and `ndarray_types` are rebound by _install_array_module, so
 # they are not copied here, where the copy would go stale: `backend.cp` reads the live one.

@@ -181,14 +181,59 @@ def sync_compiled() -> None:
 # other threads ran keeps OpenBLAS on one thread (as a data-loading worker would anyway);
 # the engine's count still drives numba's pool. A child of a single-threaded process is
 # left alone: nothing can have held the lock.
+#
+# The parent has a race of its own: OpenBLAS's at-fork handler joins its pool's threads, and
+# a GEMM that another thread starts at that moment hands one of them a job the join then
+# waits on forever. So every GEMM of the engine goes through `matmul` below, a gate: GEMMs
+# pass it freely side by side, and a fork closes it, waits for the GEMMs inside to finish
+# (each does, in bounded time), forks, and opens it again. A GEMM that arrives meanwhile
+# waits for the fork, which takes microseconds.
 _fork = {"others": 0}
+_gate = {"cond": threading.Condition(threading.Lock()), "inside": 0, "forking": False}
+
+
+def matmul(xp, a, b):
+    """xp.matmul(a, b), through the fork gate when xp runs on OpenBLAS (NumPy)."""
+    if xp is not _numpy_module():
+        return xp.matmul(a, b)
+    gate = _gate
+    cond = gate["cond"]
+    with cond:
+        while gate["forking"]:
+            cond.wait()
+        gate["inside"] += 1
+    try:
+        return xp.matmul(a, b)
+    finally:
+        with cond:
+            gate["inside"] -= 1
+            if gate["forking"] and not gate["inside"]:
+                cond.notify_all()
+
+
+def _numpy_module():
+    return sys.modules["numpy"]
 
 
 def _before_fork() -> None:
     _fork["others"] = threading.active_count() - 1
+    gate = _gate
+    with gate["cond"]:
+        gate["forking"] = True
+        while gate["inside"]:
+            gate["cond"].wait()
+
+
+def _after_fork_in_parent() -> None:
+    gate = _gate
+    with gate["cond"]:
+        gate["forking"] = False
+        gate["cond"].notify_all()
 
 
 def _after_fork_in_child() -> None:
+    # the other threads are gone, and with them any GEMM inside or waiting at the gate
+    _gate.update(cond=threading.Condition(threading.Lock()), inside=0, forking=False)
     if _fork["others"] and _openblas():
         _state["forked_blas"] = True
         _openblas()[1](ctypes.c_int(1))
@@ -200,7 +245,8 @@ def forked_blas() -> bool:
     return _state["forked_blas"]
 
 
-os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
 _state["env"] = _from_env() or _cpus()  # read once, at import, as the other libraries do
 _load_numpy()
 if _own_env() is not None and _openblas():  # NumPy was loaded before the project

@@ -82,11 +82,11 @@ class ScaledDotProductAttention(Function):
                 if is_causal and j0 > i1 - 1:
                     break  # every later key block is in the future of this query block
                 j1 = min(j0 + bs, Tk)
-                s = xp.matmul(q_blk, xp.swapaxes(K[..., j0:j1, :], -1, -2))
+                s = backend.matmul(xp, q_blk, xp.swapaxes(K[..., j0:j1, :], -1, -2))
                 keep, add = _block_mask(xp, is_causal, M, i0, i1, j0, j1)
                 # s becomes p; m, l and acc move on to this key block (in place)
                 backend.kernels.attention_block_forward(s, m, l, acc, keep, add, scale)
-                acc += xp.matmul(s, V[..., j0:j1, :])
+                acc += backend.matmul(xp, s, V[..., j0:j1, :])
             # a query that may see no key at all (l == 0) gets zeros, as torch (not 0 / 0),
             # and an lse of +inf: backward's p = exp(z - lse) is then 0 over the row, even
             # where z is -inf, so the row adds nothing to dq, dk, dv or the mask's gradient
@@ -130,19 +130,19 @@ class ScaledDotProductAttention(Function):
                     break
                 j1 = min(j0 + bs, Tk)
                 k_blk, v_blk = K[..., j0:j1, :], V[..., j0:j1, :]
-                p = xp.matmul(q_blk, xp.swapaxes(k_blk, -1, -2))
+                p = backend.matmul(xp, q_blk, xp.swapaxes(k_blk, -1, -2))
                 keep, add = _block_mask(xp, causal, M, i0, i1, j0, j1)
                 backend.kernels.attention_block_probs(p, lse_blk, keep, add, scale)
-                dV[..., j0:j1, :] += xp.matmul(xp.swapaxes(p, -1, -2), g_blk)
-                ds = xp.matmul(g_blk, xp.swapaxes(v_blk, -1, -2))
+                dV[..., j0:j1, :] += backend.matmul(xp, xp.swapaxes(p, -1, -2), g_blk)
+                ds = backend.matmul(xp, g_blk, xp.swapaxes(v_blk, -1, -2))
                 # the mask's gradient is ds before the scale
                 backend.kernels.attention_block_dscores(ds, p, d_blk,
                                                         1 if dM is not None else scale)
                 if dM is not None:
                     dM[..., i0:i1, j0:j1] = ds
                     ds *= scale
-                dQ[..., i0:i1, :] += xp.matmul(ds, k_blk)
-                dK[..., j0:j1, :] += xp.matmul(xp.swapaxes(ds, -1, -2), q_blk)
+                dQ[..., i0:i1, :] += backend.matmul(xp, ds, k_blk)
+                dK[..., j0:j1, :] += backend.matmul(xp, xp.swapaxes(ds, -1, -2), q_blk)
         nq, nk, nv = ctx.needs_input_grad[:3]
         dtype = q.dtype.np
         grads = tuple(from_array(d.astype(dtype, copy=False)) if n else None

@@ -101,7 +101,7 @@ class Conv(Function):
         cols_t = _im2col(xp, X, ctx.geo)
         cols = cols_t._array().reshape(N, groups, CK, math.prod(out))
         W = weight._array().reshape(groups, O // groups, CK)
-        y = xp.matmul(W, cols).reshape((N, O) + out)  # (N, G, O/G, L) -> (N, O, *out)
+        y = backend.matmul(xp, W, cols).reshape((N, O) + out)  # (N, G, O/G, L) -> (N, O, *out)
         del cols, cols_t
         if bias is not None:
             y += bias._array().reshape((O,) + (1,) * n)
@@ -126,11 +126,11 @@ class Conv(Function):
             X, _ = _batched(x._array(), len(geo.out))
             cols_t = _im2col(xp, X, geo)
             cols = cols_t._array().reshape(N, groups, CK, L)
-            gw = from_array(xp.matmul(G, cols.swapaxes(-1, -2)).sum(axis=0)
+            gw = from_array(backend.matmul(xp, G, cols.swapaxes(-1, -2)).sum(axis=0)
                             .reshape(weight.shape))
             del cols, cols_t
         if nx:
-            gcols = xp.matmul(W.swapaxes(-1, -2), G)  # (N, G, C/G * K, L)
+            gcols = backend.matmul(xp, W.swapaxes(-1, -2), G)  # (N, G, C/G * K, L)
             C = weight.shape[1] * groups
             gcols = gcols.reshape((N, C) + tuple(geo.kernel) + tuple(geo.out))
             gx_arr = _col2im(xp, gcols, geo, G.dtype)
@@ -199,7 +199,7 @@ class ConvTranspose(Function):
         CK, L_in = weight.shape[1] * math.prod(kernel), math.prod(size_in)
         W = weight._array().reshape(groups, C_in // groups, CK)
         Xg = X.reshape(N, groups, C_in // groups, L_in)
-        cols = xp.matmul(W.swapaxes(-1, -2), Xg)  # (N, G, C_out/G * K, L_in)
+        cols = backend.matmul(xp, W.swapaxes(-1, -2), Xg)  # (N, G, C_out/G * K, L_in)
         cols = cols.reshape((N, C_out) + tuple(kernel) + tuple(size_in))
         y = _col2im(xp, cols, ctx.geo, X.dtype)
         del cols
@@ -228,11 +228,11 @@ class ConvTranspose(Function):
             if nw:
                 X, _ = _batched(x._array(), n)
                 Xg = X.reshape(N, groups, C_in // groups, L_in)
-                gw = from_array(xp.matmul(Xg, cols.swapaxes(-1, -2)).sum(axis=0)
+                gw = from_array(backend.matmul(xp, Xg, cols.swapaxes(-1, -2)).sum(axis=0)
                                 .reshape(weight.shape))
             if nx:
                 W = weight._array().reshape(groups, C_in // groups, CK)
-                gx_arr = xp.matmul(W, cols).reshape((N, C_in) + tuple(geo.out))
+                gx_arr = backend.matmul(xp, W, cols).reshape((N, C_in) + tuple(geo.out))
                 gx = from_array(gx_arr[0] if ctx.unbatched else gx_arr)
         return gx, gw, gb
 

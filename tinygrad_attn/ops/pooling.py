@@ -246,7 +246,7 @@ def _averaging_matrix(xp, size, out, dtype):
 
 def _along(xp, X, A, axis):
     """X with its `axis` contracted against A's columns (the axis becomes A.shape[0] long)."""
-    return xp.moveaxis(xp.matmul(A, xp.moveaxis(X, axis, -2)), -2, axis)
+    return xp.moveaxis(backend.matmul(xp, A, xp.moveaxis(X, axis, -2)), -2, axis)
 
 
 class AdaptiveAvgPool(Function):

@@ -308,9 +308,9 @@ class Matmul(Function):
         A, B = a._array(), b._array()
         if B.ndim == 2 and A.ndim > 2 and _rows_mergeable(a):
             # (..., M, K) @ (K, N) is one GEMM over all rows, not a loop over the batch
-            out = xp.matmul(A.reshape(shp.numel(A.shape[:-1]), A.shape[-1]), B)
+            out = backend.matmul(xp, A.reshape(shp.numel(A.shape[:-1]), A.shape[-1]), B)
             return from_array(out.reshape(A.shape[:-1] + (B.shape[-1],)))
-        return from_array(xp.matmul(A, B))
+        return from_array(backend.matmul(xp, A, B))
 
     @staticmethod
     def backward(ctx, g):
@@ -324,9 +324,9 @@ class Matmul(Function):
             if Bt.ndim == 2 and G.ndim > 2 and _rows_mergeable(g):
                 # (..., M, N) @ (N, K) is one GEMM over all rows, as in forward
                 G2 = G.reshape(shp.numel(G.shape[:-1]), G.shape[-1])
-                ga = from_array(xp.matmul(G2, Bt).reshape(G.shape[:-1] + (Bt.shape[-1],)))
+                ga = from_array(backend.matmul(xp, G2, Bt).reshape(G.shape[:-1] + (Bt.shape[-1],)))
             else:
-                ga = unbroadcast(from_array(xp.matmul(G, Bt)), ctx.shapes[0])
+                ga = unbroadcast(from_array(backend.matmul(xp, G, Bt)), ctx.shapes[0])
         if nb:
             A = a._array()
             if A.ndim >= 2 and len(ctx.shapes[1]) == 2 and _rows_mergeable(a):
@@ -337,11 +337,11 @@ class Matmul(Function):
                 if ctx.b_transposed:
                     # b is a transposed weight (x @ w.mT): compute gb in w's own layout,
                     # so the transpose's backward hands w a contiguous gradient
-                    gb = from_array(xp.matmul(G2.T, A2).T)
+                    gb = from_array(backend.matmul(xp, G2.T, A2).T)
                 else:
-                    gb = from_array(xp.matmul(A2.T, G2))
+                    gb = from_array(backend.matmul(xp, A2.T, G2))
             else:
-                gb = unbroadcast(from_array(xp.matmul(xp.swapaxes(A, -1, -2), G)),
+                gb = unbroadcast(from_array(backend.matmul(xp, xp.swapaxes(A, -1, -2), G)),
                                  ctx.shapes[1])
         return ga, gb
 

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .. import devices
+from ..threads import matmul  # every GEMM through the fork gate
 
 
 def scatter_add(target, index, values) -> None:
@@ -584,7 +585,8 @@ def layer_norm_backward(g, x, rstd, weight, needs):
     if not nx:
         return None, gw, gb
     # mean(gh * xhat) per row is (g * xhat) . weight / n: from tmp, before it becomes gh
-    m2 = (tmp @ weight if weight is not None else tmp.sum(axis=1))[:, None] / g.shape[1]
+    m2 = (matmul(xp, tmp, weight) if weight is not None else tmp.sum(axis=1))[:, None]
+    m2 /= g.shape[1]
     gh = tmp
     if weight is not None:
         xp.multiply(g, weight, out=gh)
