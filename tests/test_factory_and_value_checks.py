@@ -30,7 +30,7 @@ def _where(a, b):
     return fn
 
 
-ROWS = {
+CHECKS = {
     # a negative size: torch's RuntimeError, for every factory
     "zeros(-1)": Case(_factory("zeros", -1), (I8,), raises=RuntimeError),
     "ones(2, -3)": Case(_factory("ones", 2, -3), (I8,), raises=RuntimeError),
@@ -61,10 +61,10 @@ ROWS = {
 }
 
 
-@pytest.mark.parametrize("name", list(ROWS))
+@pytest.mark.parametrize("name", list(CHECKS))
 def test_matches_torch(name):
     torch = pytest.importorskip("torch")
-    check_case(ROWS[name], torch)
+    check_case(CHECKS[name], torch)
 
 
 def test_messages_name_the_op_and_the_size():
