@@ -16,7 +16,7 @@ writes with `safetensors.torch.save_file` load here by name, and ours load there
   headers past the 100 MB that safetensors readers accept are refused before anything is
   written.
 - Loading gives each engine dtype as is. Dtypes the engine lacks load only where a wider
-  engine dtype holds every value exactly: int16 and uint16 -> int32, uint32 -> int64,
+  engine dtype holds every value exactly: uint16 -> int32, uint32 -> int64,
   bfloat16 and float8_e8m0 -> float32, the float8 kinds e4m3/e5m2 (and their fnuz
   variants) -> float16. uint64, complex and the packed 4/6-bit floats are refused, naming
   the file and the tensor.
@@ -47,9 +47,10 @@ METADATA_KEY = "__metadata__"
 
 # engine dtype <-> the format's code
 _CODE = {ta.float16: "F16", ta.float32: "F32", ta.float64: "F64", ta.int8: "I8",
-         ta.uint8: "U8", ta.int32: "I32", ta.int64: "I64", ta.bool: "BOOL"}
+         ta.uint8: "U8", ta.int16: "I16", ta.int32: "I32", ta.int64: "I64", ta.bool: "BOOL"}
 _NATIVE = {code: dt for dt, code in _CODE.items()}
-_ITEMSIZE = {"F16": 2, "F32": 4, "F64": 8, "I8": 1, "U8": 1, "I32": 4, "I64": 8, "BOOL": 1}
+_ITEMSIZE = {"F16": 2, "F32": 4, "F64": 8, "I8": 1, "U8": 1, "I16": 2, "I32": 4, "I64": 8,
+             "BOOL": 1}
 # the format's dtypes the engine lacks and cannot hold exactly: (bits per element, why)
 _REFUSED = {
     "U64": (64, "uint64 values up to 2**64 - 1 do not fit the engine's widest integer, int64"),
@@ -151,7 +152,6 @@ def _f8_tables(code: str) -> list[bytes]:
 
 # code: (bytes per element in the file, engine dtype, raw bytes -> engine bytes)
 _CONVERTED = {
-    "I16": (2, ta.int32, lambda raw: _widen_int(raw, 2, 4, signed=True)),
     "U16": (2, ta.int32, lambda raw: _widen_int(raw, 2, 4, signed=False)),
     "U32": (4, ta.int64, lambda raw: _widen_int(raw, 4, 8, signed=False)),
     "BF16": (2, ta.float32, _bfloat16),
