@@ -211,7 +211,7 @@ class Profile:
             entry = {"storage": sid, "bytes": info["bytes"], "category": cat,
                      "what": describe(info), "op": info["op"], "phase": info["phase"],
                      "scope": info["scope"], "source": info["source"],
-                     "copy_reason": info["copy_reason"]}
+                     "via": info["via"], "copy_reason": info["copy_reason"]}
             if cat == "saved":
                 entry["held_by"] = [
                     {"node": n["node"], "forward_op": n["op"], "scope": n["scope"],
@@ -274,7 +274,8 @@ class Profile:
                 rows.append({"reason": info["copy_reason"], "op": info["op"],
                              "shape": info["shape"], "dtype": info["dtype"],
                              "bytes": info["bytes"], "phase": info["phase"],
-                             "scope": info["scope"], "source": info["source"]})
+                             "scope": info["scope"], "source": info["source"],
+                             "via": info["via"]})
         return rows
 
     def summary(self) -> dict:
@@ -366,7 +367,8 @@ class Profile:
             out.append({"t0": t0.get(sid, 0), "t1": t1.get(sid), "bytes": info["bytes"],
                         "dtype": info["dtype"], "shape": info["shape"], "op": info["op"],
                         "scope": info["scope"], "phase": info["phase"],
-                        "source": info["source"], "copy_reason": info["copy_reason"],
+                        "source": info["source"], "via": info["via"],
+                        "copy_reason": info["copy_reason"],
                         "category": cat})
         return out
 
@@ -383,8 +385,9 @@ def plot_html(runs, path: str, title: str | None = None) -> str:
 def profile(source_lines: bool = False, device: str = "cpu", raw: bool = False) -> Profile:
     """Record every allocation, free and saved tensor inside a `with` block.
 
-    `source_lines=True` also records the first source line outside the engine for each
-    allocation and graph node. `raw=True` also measures the raw peak, which includes the
+    `source_lines=True` also records, for each allocation and graph node, the user's source
+    line: the first frame outside the engine and the nn package (and, as `via`, the nn line
+    the call went through, if any). `raw=True` also measures the raw peak, which includes the
     temporaries inside ops that never become tensors: on CPU with tracemalloc, which
     traces every Python allocation and adds 25-41% to a small GPT step's time, so it is
     opt-in (an open profile() alone costs about 5%: see README); on a GPU with a memory

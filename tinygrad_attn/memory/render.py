@@ -76,6 +76,7 @@ def _copies(copies: list, top: int) -> str:
              f"{fmt_bytes(sum(c['bytes'] for c in copies))}"]
     for c in sorted(copies, key=lambda c: -c["bytes"])[:top]:
         src = f" at {c['source']}" if c["source"] else ""
+        src += f" via {c['via']}" if c.get("via") else ""
         scope_ = f" in {c['scope']}" if c["scope"] else ""
         lines.append(f"  {c['reason']:<15}{fmt_bytes(c['bytes']):>12}  {c['op']} "
                      f"{c['dtype']}{c['shape']} ({c['phase']}){scope_}{src}")
@@ -452,7 +453,8 @@ _SCRIPT = r"""
           showTip(ev, [fmtBytes(a.bytes) + "  " + a.dtype + shape,
                        "category  " + a.category, "op        " + (a.op || "a factory"),
                        "module    " + (a.scope || "(top level)"), "phase     " + a.phase,
-                       "source    " + (a.source || "-"), "copy      " + (a.copy_reason || "no"),
+                       "source    " + (a.source || "-") + (a.via ? " via " + a.via : ""),
+                       "copy      " + (a.copy_reason || "no"),
                        "lifetime  events " + a.t0 + "-" + (a.t1 === null ? "end" : a.t1)]);
         });
         r.addEventListener("mouseleave", hideTip);

@@ -19,19 +19,29 @@ from .. import storage as _storage  # a module reference: see the note in __init
 from . import state
 from .counters import fmt_bytes, parse_bytes
 
-# the first frame outside these is the user's source line (the engine is tinygrad_attn/)
+# The user's source line is the first frame outside the engine (tinygrad_attn/) and the nn
+# package beside it (nn/): an nn.Linear in a user's model is charged to the model's line, not
+# to nn's own `linear`. nn is found as the engine's sibling directory, not imported (memory
+# sits below nn), so a user's own package named nn elsewhere is still the user's code.
 _ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SKIP_DIRS = (_ENGINE_DIR, os.path.dirname(contextlib.__file__))
+_NN_DIR = os.path.join(os.path.dirname(_ENGINE_DIR), "nn")
+_SKIP_DIRS = (_ENGINE_DIR + os.sep, _NN_DIR + os.sep,
+              os.path.dirname(contextlib.__file__) + os.sep)
 
 
-def source_line() -> str | None:
-    frame = sys._getframe(2)
+def source_lines() -> tuple:
+    """(the user's line, the innermost nn line on the way to it or None), as 'file.py:N'.
+    The nn line says where inside nn the bytes were asked for (the copy in nn/gpt.py that
+    a model call from a script made), which the user's line alone no longer shows."""
+    frame, via = sys._getframe(2), None
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_SKIP_DIRS):
-            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+            return f"{os.path.basename(filename)}:{frame.f_lineno}", via
+        if via is None and filename.startswith(_NN_DIR + os.sep):
+            via = f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back
-    return None
+    return None, via
 
 
 # ----------------------------------------------------------------------------- tracker
@@ -75,7 +85,7 @@ class Tracker:
             "shape": list(st.shape) if st.shape is not None else None, "op": st.op,
             "phase": st.phase, "scope": st.scope, "tag": st.category,
             "copy_reason": st.copy_reason, "call": st.call, "preexisting": preexisting,
-            "temporary": False, "source": None,
+            "temporary": False, "source": None, "via": None,
         }
         self.info[st.id] = info
         self.refs[st.id] = weakref.ref(st)
@@ -94,7 +104,7 @@ class Tracker:
             return
         info = self._remember(st)
         if self.source_lines:
-            info["source"] = source_line()
+            info["source"], info["via"] = source_lines()
         self._event("alloc", sid=st.id, bytes=st.nbytes)
 
     def on_free(self, st) -> None:
@@ -118,9 +128,10 @@ class Tracker:
         if not saved:
             return
         key = id(node)
+        source, via = source_lines() if self.source_lines else (None, None)
         self.nodes[key] = {
             "node": node.name, "op": node.name.removesuffix("Backward"), "scope": node.scope,
-            "saved": saved, "source": source_line() if self.source_lines else None,
+            "saved": saved, "source": source, "via": via,
         }
         for sid in {s for s, _ in saved}:
             self.saved_count[sid] = self.saved_count.get(sid, 0) + 1
@@ -196,6 +207,8 @@ def describe(info: dict) -> str:
         parts.append(f"in {info['scope']}")
     if info.get("source"):
         parts.append(f"at {info['source']}")
+        if info.get("via"):
+            parts.append(f"via {info['via']}")
     if info["copy_reason"]:
         parts.append(f"[copy: {info['copy_reason']}]")
     return " ".join(parts)
