@@ -59,24 +59,9 @@ def story_config(quick: bool = False) -> nn.GPTConfig:
                         dropout=0.0)
 
 
-def _available_memory() -> int | None:
-    """Bytes this process could still get: MemAvailable, else the physical memory."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def _refuse_if_too_big(need: int, what: str, fix: str) -> None:
     """One line and exit status 2 when a step would need more than the machine has."""
-    free = _available_memory()
+    free = ta.memory.available_bytes()
     if free is not None and need > free:
         print(f"{PROG}: error: {what} needs at least {need / 2**30:.1f} GiB for one step "
               f"and {free / 2**30:.1f} GiB is available: {fix}", file=sys.stderr)

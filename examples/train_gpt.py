@@ -383,21 +383,6 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
-def _available_memory() -> int | None:
-    """Bytes this process could still get: MemAvailable, else the physical memory."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def _least_bytes(gcfg: nn.GPTConfig, batch: int) -> dict:
     """A lower bound on what the model and one training step allocate, float32, by part:
     the causal masks each block builds (a (T, T) bool kept, two float32 ones made on the
@@ -415,7 +400,7 @@ def _least_bytes(gcfg: nn.GPTConfig, batch: int) -> dict:
 
 def _check_fits(gcfg: nn.GPTConfig, batch: int) -> None:
     """Refuse, in one line, a model this machine cannot hold, before allocating it."""
-    parts, free = _least_bytes(gcfg, batch), _available_memory()
+    parts, free = _least_bytes(gcfg, batch), ta.memory.available_bytes()
     need = sum(parts.values())
     if free is None or need <= free:
         return

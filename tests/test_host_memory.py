@@ -75,3 +75,17 @@ def test_profile_reports_reserved_beside_live():
     assert s["reserved_start_bytes"] > 0
     assert "reserved" in prof.report()
     del x
+
+
+def test_available_bytes_reads_the_systems_memavailable():
+    """What the examples compare an impossible size with: on Linux, /proc/meminfo's value."""
+    got = ta.memory.available_bytes()
+    assert got is not None and got > 0
+    try:
+        with open("/proc/meminfo") as f:
+            line = next(x for x in f if x.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return  # elsewhere the physical memory stands in, checked above to be positive
+    expected = int(line.split()[1]) * 1024
+    assert abs(got - expected) < 2**28  # the two reads are moments apart
+    assert ta.memory.available_bytes("cuda") is None  # not read on a GPU yet

@@ -60,6 +60,7 @@ from .dtypes import (  # noqa: F401 - _dtype_by_name: pickled DTypes made before
     uint8,
 )
 from .host_memory import (  # noqa: F401
+    available_bytes,
     keep_freed_host_memory,
     keeps_freed_host_memory,
     pool_tracker,

@@ -125,6 +125,27 @@ def reserved_bytes(device: str = "cpu"):
     return int(info.arena + info.hblkhd)
 
 
+def available_bytes(device: str = "cpu"):
+    """Bytes `device` could still give this process, or None where that cannot be read.
+
+    cpu: the kernel's MemAvailable (what can be had without swapping), else the physical
+    memory. A GPU's is not read yet (None): no GPU has run this code. For refusing an
+    impossible size in one line before allocating it."""
+    if device != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 # on by default (TINYGRAD_ATTN_KEEP_HOST_MEMORY=0 leaves malloc as it was)
 if os.environ.get("TINYGRAD_ATTN_KEEP_HOST_MEMORY", "1") != "0":
     keep_freed_host_memory(True)

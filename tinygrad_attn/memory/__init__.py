@@ -38,7 +38,8 @@ Storage` here would fail at import.
 
 from . import scopes, state  # noqa: F401,I001 - first: the bottom of the package
 from .counters import (  # noqa: F401
-    CATEGORIES, POLICY_OPS, TAGS, current_phase, current_scope, emulate, fmt_bytes,
+    CATEGORIES, POLICY_OPS, TAGS, available_bytes, current_phase, current_scope, emulate,
+    fmt_bytes,
     keep_freed_host_memory, live_bytes, max_live_bytes, parse_bytes, phase, release_host_memory,
     reserved_bytes, reset_peak, save_policies, save_policy, scope, tag,
 )

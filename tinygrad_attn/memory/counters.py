@@ -43,6 +43,12 @@ def reserved_bytes(device: str = "cpu"):
     return backend.reserved_bytes(backend.canonical_device(device))
 
 
+def available_bytes(device: str = "cpu"):
+    """Bytes `device` could still give this process (cpu: the system's MemAvailable), or
+    None where that cannot be read: for turning an impossible size into one line."""
+    return backend.available_bytes(backend.canonical_device(device))
+
+
 def keep_freed_host_memory(keep: bool = True) -> bool:
     """Whether freed host memory stays in the process for reuse (the default; it spares a
     training step the page faults of re-allocating its activations). False gives it back
