@@ -101,3 +101,15 @@ def numba_mode():
     ta.backend.set_kernels("numba")
     yield
     ta.backend.set_kernels(before)
+
+
+def load_example(name: str):
+    """examples/<name>.py imported as a module (the examples are scripts, not a package)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -2,7 +2,6 @@
 message and exit status 2, resume semantics, config files, sampling a checkpoint."""
 
 import dataclasses
-import importlib.util
 import json
 import os
 import pathlib
@@ -11,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import load_example
 
 import nn
 import tinygrad_attn as ta
@@ -20,15 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT = "".join(f"def f{i}(x):\n    return x * {i % 7} + {i % 5}\n" for i in range(400))
 
 
-def _example(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-train_gpt = _example("train_gpt")
-sample = _example("sample")
+train_gpt = load_example("train_gpt")
+sample = load_example("sample")
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import load_example
 
 import nn
 from nn.trainer import CHECKPOINT, LOCK, RunLock, RunLocked
@@ -49,16 +50,7 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
-def _example(name):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-train_gpt = _example("train_gpt")
+train_gpt = load_example("train_gpt")
 
 
 @pytest.fixture
