@@ -228,6 +228,7 @@ def viewer_data(tl: dict, s: dict, events: list, allocations: list, report_text:
     ev_op = [code(e["op"]) for e in events]
     ev_scope = [code(e["scope"]) for e in events]
     pk, bp = s["peak"], s["backward_peak"]
+    same = bp is not None and bp["t"] == pk["t"]
     explainer = "\n\n".join(part for part in (
         _headline(s), _holders(pk["holders"], 10), _backward_peak(bp, 15)) if part)
     return {
@@ -236,11 +237,25 @@ def viewer_data(tl: dict, s: dict, events: list, allocations: list, report_text:
         "strings": list(strings), "ev_op": ev_op, "ev_scope": ev_scope,
         "allocations": allocations, "alloc_top": top,
         "live_top": max([sum(tl["series"][c][i] for c in CATEGORIES) for i in range(n)] + [1]),
-        "peak": {"t": pk["t"], "bytes": pk["bytes"], "op": pk["op"], "phase": pk["phase"]},
-        "backward_peak": None if bp is None else {"t": bp["t"], "bytes": bp["bytes"],
-                                                  "op": bp["op"]},
+        "peak": {"t": pk["t"], "bytes": pk["bytes"], "op": pk["op"], "phase": pk["phase"],
+                 "label": "peak (in backward)" if same else "peak",
+                 "hover": _peak_hover("peak", pk)},
+        "backward_peak": None if bp is None else {
+            "t": bp["t"], "bytes": bp["bytes"], "op": bp["op"], "label": "backward peak",
+            "hover": _peak_hover("backward peak", bp)},
         "explainer": explainer, "report": report_text,
     }
+
+
+def _peak_hover(name: str, p: dict) -> str:
+    """What hovering a peak marker says: the marker does nothing on hover but a click opens
+    the explainer, which a user would not guess from a red dot."""
+    where = f" in {p['phase']}" if p.get("phase") else ""
+    return (f"{name}: {fmt_bytes(p['bytes'])} at event {p['t']}{where}"
+            " \u2014 click for what holds it")
+
+
+X_TITLE = "event (allocation, free, save, release)"
 
 
 def plot_html(runs: list, path: str, title: str | None = None) -> str:
@@ -252,17 +267,20 @@ def plot_html(runs: list, path: str, title: str | None = None) -> str:
 
     title = title or " vs ".join(r["title"] for r in runs)
     y_max = max([max(r["alloc_top"], r["live_top"]) for r in runs] + [1])
-    payload = json.dumps({"runs": runs, "y_max": y_max, "colors": _COLORS,
+    payload = json.dumps({"runs": runs, "y_max": y_max, "colors": _COLORS, "x_title": X_TITLE,
                           "categories": list(CATEGORIES)}).replace("</", "<\\/")
     legend = " ".join(f'<span class="sw" style="background:{_COLORS[c]}"></span>{c}'
                       for c in CATEGORIES)
+    # one run under the page's own title needs no second heading saying the same
+    heads = [r["title"] != title for r in runs]
     blocks = "".join(
-        f'<section class="run" id="run{k}"><h4>{_esc(r["title"])}</h4>'
+        f'<section class="run" id="run{k}">'
+        + (f'<h4>{_esc(r["title"])}</h4>' if head else "") +
         '<div class="controls"><button class="reset">reset zoom</button> '
         "<span>wheel or drag: zoom the event axis; click a red peak marker: what was live"
         '</span></div><svg class="chart"></svg><pre class="explainer" hidden></pre>'
         f"<details><summary>the ledger's report</summary><pre>{_esc(r['report'])}</pre>"
-        "</details></section>" for k, r in enumerate(runs))
+        "</details></section>" for k, (r, head) in enumerate(zip(runs, heads)))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
             f"<style>{_CSS}</style></head><body><h3>{_esc(title)}</h3>"
             f'<div class="legend">{legend}</div>{blocks}<div id="tip"></div>'
@@ -282,7 +300,8 @@ body { font: 13px sans-serif; margin: 12px; }
   margin: 0 4px 0 12px; }
 .run { margin-bottom: 18px; } .run h4 { margin: 8px 0 2px; }
 svg.chart { display: block; user-select: none; }
-.xtick, .ytick, .phase { font-size: 11px; } .panel-title { font-size: 12px; font-weight: bold; }
+.xtick, .ytick, .phase, .peak-label, .axis-title { font-size: 11px; }
+.panel-title { font-size: 12px; font-weight: bold; }
 .peak { cursor: pointer; }
 pre.explainer { background: #fff8e6; border: 1px solid #e0c070; padding: 6px; }
 #tip { position: fixed; display: none; pointer-events: none; background: #222; color: #fff;
@@ -293,7 +312,7 @@ pre.explainer { background: #fff8e6; border: 1px solid #e0c070; padding: 6px; }
 _SCRIPT = r"""
 (function () {
   const NS = "http://www.w3.org/2000/svg";
-  const W = 980, L = 74, R = 16, PH = 190, TA = 64, TB = TA + PH + 54, H = TB + PH + 40;
+  const W = 980, L = 74, R = 16, PH = 190, TA = 44, TB = TA + PH + 66, H = TB + PH + 40;
   const PW = W - L - R, CATS = DATA.categories, YMAX = DATA.y_max;
   const tip = document.getElementById("tip");
 
@@ -370,7 +389,7 @@ _SCRIPT = r"""
       while (layer.firstChild) layer.removeChild(layer.firstChild);
       const i0 = Math.max(0, Math.floor(view.t0)), i1 = Math.min(n - 1, Math.ceil(view.t1));
       // panel A: live bytes by category, stacked
-      el("text", {x: L, y: TA - 40, class: "panel-title"}, layer, "live bytes by category");
+      el("text", {x: L, y: TA - 24, class: "panel-title"}, layer, "live bytes by category");
       const gA = el("g", {"clip-path": "url(#clipA" + k + ")"}, layer);
       let lower = new Array(i1 - i0 + 1).fill(0);
       CATS.forEach(function (c) {
@@ -386,22 +405,21 @@ _SCRIPT = r"""
         }
         lower = upper;
       });
-      // phases: a dashed line where each starts, its name in the first of three rows above
-      // the chart where it does not overlap a name already placed
-      const rows = [[], [], []];
-      run.phases.forEach(function (p) {
-        if (p[0] < view.t0 || p[0] > view.t1) return;
-        const x = sx(p[0]);
-        el("line", {x1: x, x2: x, y1: TA, y2: TA + PH, stroke: "#000",
-                    "stroke-dasharray": "4"}, gA);
-        const w = p[1].length * 6.5 + 8;
-        for (let r = 0; r < rows.length; r++) {
-          if (rows[r].every(iv => x + w <= iv[0] || x >= iv[1])) {
-            rows[r].push([x, x + w]);
-            el("text", {x: x + 2, y: TA - 4 - 12 * r, class: "phase"}, layer, p[1]);
-            break;
-          }
-        }
+      // phases: a dashed line where each starts, and its name above the chart only where
+      // the phase, as drawn now, is wide enough to hold it: the few events of "other"
+      // between backward and the optimizer would otherwise print over their names
+      run.phases.forEach(function (p, j) {
+        const end = j + 1 < run.phases.length ? run.phases[j + 1][0] : n - 1;
+        if (end < view.t0 || p[0] > view.t1) return;
+        if (p[0] >= view.t0)
+          el("line", {x1: sx(p[0]), x2: sx(p[0]), y1: TA, y2: TA + PH, stroke: "#000",
+                      "stroke-dasharray": "4"}, gA);
+        const x0 = sx(Math.max(p[0], view.t0)), x1 = sx(Math.min(end, view.t1));
+        const label = el("text", {x: x0 + 3, y: TA - 4, class: "phase"}, layer, p[1]);
+        const width = label.getComputedTextLength ? label.getComputedTextLength()
+                                                  : p[1].length * 6.5;
+        if (width + 6 > x1 - x0) layer.removeChild(label);
+        else label.setAttribute("data-span", (x1 - x0).toFixed(1));
       });
       const hitA = el("rect", {x: L, y: TA, width: PW, height: PH, fill: "transparent",
                                class: "hit"}, layer);
@@ -421,14 +439,18 @@ _SCRIPT = r"""
       });
       hitA.addEventListener("mouseleave", hideTip);
       const bp = run.backward_peak, same = bp && bp.t === run.peak.t;
-      [[same ? "peak (in backward)" : "peak", run.peak, "peak"],
-       ["backward peak", same ? null : bp, "backward-peak"]].forEach(function (m) {
-        const p = m[1];
+      [[run.peak, "peak"], [same ? null : bp, "backward-peak"]].forEach(function (m) {
+        const p = m[0];
         if (!p || p.t < view.t0 || p.t > view.t1) return;
-        const g = el("g", {class: "peak " + m[2]}, layer);
+        const g = el("g", {class: "peak " + m[1]}, layer);
+        // a click opens the explainer; the hover says so (the browser's own tooltip, and
+        // ours at once, since the browser's waits a second)
+        el("title", {}, g, p.hover);
         el("circle", {cx: sx(p.t), cy: sy(TA, p.bytes), r: 6, fill: "red", stroke: "white"}, g);
-        el("text", {x: sx(p.t) + 8, y: sy(TA, p.bytes) - 6, fill: "red", class: "xtick"}, g,
-           m[0] + " " + fmtBytes(p.bytes));
+        el("text", {x: sx(p.t) + 8, y: sy(TA, p.bytes) - 6, fill: "red", class: "peak-label"},
+           g, p.label + " " + fmtBytes(p.bytes));
+        g.addEventListener("mousemove", function (ev) { showTip(ev, [p.hover]); });
+        g.addEventListener("mouseleave", hideTip);
         g.addEventListener("click", function () {
           explainer.hidden = false;
           explainer.textContent = run.explainer;
@@ -459,7 +481,7 @@ _SCRIPT = r"""
         });
         r.addEventListener("mouseleave", hideTip);
       });
-      // axes: bytes up the side of each panel, events along the bottom
+      // axes: bytes up the side of each panel, events along the bottom of each
       [TA, TB].forEach(function (top) {
         byteTicks(YMAX).forEach(function (tk) {
           const y = sy(top, tk[0]);
@@ -474,10 +496,11 @@ _SCRIPT = r"""
           el("text", {x: sx(t), y: top + PH + 15, "text-anchor": "middle", class: "xtick"},
              layer, String(t));
         }
+        el("text", {x: L + PW / 2, y: top + PH + 30, "text-anchor": "middle",
+                    class: "axis-title"}, layer,
+           DATA.x_title + ": " + Math.round(view.t0) + " to " + Math.round(view.t1) +
+           " of " + n);
       });
-      el("text", {x: L + PW / 2, y: H - 6, "text-anchor": "middle", class: "xtick"}, layer,
-         "event (allocation, free, save, release): " + Math.round(view.t0) + " to " +
-         Math.round(view.t1) + " of " + n);
       svg.appendChild(sel);
     }
 
