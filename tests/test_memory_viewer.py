@@ -84,6 +84,51 @@ def test_one_self_contained_file_and_a_shared_scale(step, tmp_path):
     assert len(_payload(one)["runs"]) == 1
 
 
+def _visible(html: str) -> str:
+    """The page without its <title> and its script (the data the script draws from)."""
+    html = re.sub(r"<title>.*?</title>", "", html, flags=re.S)
+    return re.sub(r"<script>.*?</script>", "", html, flags=re.S)
+
+
+def test_one_run_shows_its_title_once_several_runs_each_theirs(step, tmp_path):
+    _, data, _ = step
+    one = pathlib.Path(ta.memory.plot_html({"tiny step": data}, str(tmp_path / "one.html")))
+    assert _visible(one.read_text()).count("tiny step") == 1
+    two = pathlib.Path(ta.memory.plot_html({"a run": data, "b run": data},
+                                           str(tmp_path / "two.html"))).read_text()
+    body = _visible(two)
+    assert body.count("a run vs b run") == 1  # the page's heading
+    assert body.count("<h4>a run</h4>") == 1 and body.count("<h4>b run</h4>") == 1
+
+
+def test_every_panel_has_an_x_axis_title(step, tmp_path):
+    _, data, _ = step
+    html = pathlib.Path(ta.memory.plot_html({"t": data}, str(tmp_path / "v.html"))).read_text()
+    assert _payload(html)["x_title"].startswith("event")
+    # drawn inside the loop over both panels' tops, so under the top chart too
+    axes = html[html.index("[TA, TB].forEach"):html.index("function zoomTo")]
+    assert 'class: "axis-title"' in axes and "DATA.x_title" in axes
+
+
+def test_the_peak_marker_says_on_hover_that_a_click_explains_it(step, tmp_path):
+    _, data, _ = step
+    html = pathlib.Path(ta.memory.plot_html({"t": data}, str(tmp_path / "v.html"))).read_text()
+    peak = _payload(html)["runs"][0]["peak"]
+    assert peak["hover"].startswith(f"peak: {ta.memory.fmt_bytes(peak['bytes'])} at event "
+                                    f"{peak['t']}")
+    assert "click for what holds it" in peak["hover"]
+    assert 'el("title", {}, g, p.hover)' in html  # the browser's own tooltip on the marker
+
+
+def test_the_phases_include_short_other_runs_the_labels_must_skip(step):
+    _, data, _ = step
+    # the case the label rule is for: "other" for a few events between the named phases
+    phases, n = data["phases"], data["n"]
+    spans = [(p, (phases[j + 1][0] if j + 1 < len(phases) else n - 1) - t)
+             for j, (t, p) in enumerate(phases)]
+    assert any(p == "other" and width < 5 for p, width in spans)
+
+
 # ----------------------------------------------------------------------------- browser
 @pytest.fixture
 def browser(tmp_path):
@@ -164,3 +209,39 @@ def test_attention_memory_without_matplotlib_says_it_writes_html(step, tmp_path,
     assert written == [str(tmp_path / "timelines.html")]
     assert "matplotlib is not installed" in capsys.readouterr().out
     assert len(_payload(pathlib.Path(written[0]).read_text())["runs"]) == 2
+
+
+def test_in_a_browser_titles_phase_labels_and_peak_hover(step, browser, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    _, data, _ = step
+    page = ta.memory.plot_html({"tiny step": data}, str(tmp_path / "viewer.html"))
+    browser.get(pathlib.Path(page).as_uri())
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert body.count("tiny step") == 1
+    axis_titles = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "text.axis-title")]
+    assert len(axis_titles) == 2 and all(t.startswith("event (") for t in axis_titles)
+
+    # each phase name fits inside its phase as drawn, and no two names overlap
+    labels = browser.find_elements(By.CSS_SELECTOR, "text.phase")
+    boxes = []
+    for e in labels:
+        box = browser.execute_script(
+            "const b = arguments[0].getBBox(); return [b.x, b.x + b.width];", e)
+        assert box[1] - box[0] <= float(e.get_attribute("data-span")), e.text
+        boxes.append(box)
+    boxes.sort()
+    assert all(a[1] <= b[0] for a, b in zip(boxes, boxes[1:]))
+    names = [e.text for e in labels]
+    assert {"forward", "backward", "optimizer"} <= set(names)
+    assert names.count("other") < [p for _, p in data["phases"]].count("other")
+
+    # hovering the peak marker says what a click does, in its title and in the tooltip
+    marker = browser.find_element(By.CSS_SELECTOR, ".peak")
+    title = marker.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+    assert title == data["peak"]["hover"] and "click" in title
+    ActionChains(browser).move_to_element(
+        browser.find_element(By.CSS_SELECTOR, ".peak circle")).perform()
+    assert browser.find_element(By.ID, "tip").text == data["peak"]["hover"]
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
