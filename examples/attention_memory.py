@@ -246,7 +246,8 @@ def attention_forward_copies(row: dict) -> list:
     for c in row["copies"]:
         if c["phase"] != "forward" or ".attn" not in (c["scope"] or ""):
             continue
-        key = (c["reason"], c["op"], tuple(c["shape"]), c["bytes"], c["source"])
+        # the model's own line (the nn frame the copy went through), not the script's call
+        key = (c["reason"], c["op"], tuple(c["shape"]), c["bytes"], c.get("via") or c["source"])
         groups.setdefault(key, []).append(c["scope"])
     return [(len(scopes), dict(zip(("reason", "op", "shape", "bytes", "source"), key)),
              scopes) for key, scopes in groups.items()]
