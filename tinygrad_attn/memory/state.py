@@ -2,8 +2,8 @@
 
 Pure Python that imports nothing from the engine, so it sits at the bottom of the layers:
 storage, autograd and ops reach it as `from .memory import state as ledger_state` and read
-or write its tables by attribute (`ledger_state.current["op"]`). The tables are mutated in
-place and never rebound, so every module sees the same ones.
+or write its tables by attribute (`ledger_state.current["op"]`). The module's tables are
+never rebound, so every module sees the same ones.
 
 Threads. What changes per call is per thread, as PyTorch keeps its grad mode and its
 profiler's scopes: the labels (`current`) and the running module calls (`local`), and the
@@ -40,64 +40,31 @@ class _Local(threading.local):
 local = _Local()
 
 
-class _Labels(MutableMapping):
-    """`current`: the calling thread's labels, as a dict-like view (`current["scope"]`)."""
+class _PerThread(MutableMapping):
+    """A table whose dict in effect depends on the calling thread: `table()` reads it,
+    `_swap(new)` makes `new` this thread's and returns what `_unswap` needs to put the
+    previous one back (what a `with` block of `override` does). Keys are fixed: `defaults`."""
 
     __slots__ = ()
+    name = ""
+    defaults: dict = {}
+
+    def table(self) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _swap(self, new: dict):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _unswap(self, previous) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def __getitem__(self, key):
-        return local.labels[key]
+        return self.table()[key]
 
     def __setitem__(self, key, value) -> None:
-        if key not in LABELS:
-            raise KeyError(f"current: unknown label {key!r}; expected one of {list(LABELS)}")
-        local.labels[key] = value
-
-    def __delitem__(self, key) -> None:
-        raise TypeError("current: labels cannot be deleted")
-
-    def __iter__(self):
-        return iter(local.labels)
-
-    def __len__(self) -> int:
-        return len(local.labels)
-
-    def copy(self) -> dict:
-        return dict(local.labels)
-
-    def __repr__(self) -> str:
-        return f"current({local.labels!r})"
-
-
-current = _Labels()
-
-
-class _Switches(MutableMapping):
-    """A table of switches: the process's values, and inside a thread's `with` block (see
-    `override`) that thread's own copy, so that one thread's block neither leaks into
-    another thread nor is undone by another thread's exit. Writing outside a block sets
-    the process's value; inside one, the block's (undone when it ends, as before)."""
-
-    __slots__ = ("shared", "_local", "name")
-
-    def __init__(self, name: str, values: dict) -> None:
-        self.name = name
-        self.shared = dict(values)
-        self._local = threading.local()
-
-    def table(self) -> dict:
-        """The dict in effect in this thread: its innermost block's, or the shared one."""
-        own = getattr(self._local, "table", None)
-        return self.shared if own is None else own
-
-    def __getitem__(self, key):
-        own = getattr(self._local, "table", None)
-        return (self.shared if own is None else own)[key]
-
-    def __setitem__(self, key, value) -> None:
-        if key not in self.shared:
+        if key not in self.defaults:
             raise KeyError(f"{self.name}: unknown key {key!r}; expected one of "
-                           f"{list(self.shared)}")
+                           f"{list(self.defaults)}")
         self.table()[key] = value
 
     def __delitem__(self, key) -> None:
@@ -114,6 +81,53 @@ class _Switches(MutableMapping):
 
     def __repr__(self) -> str:
         return f"{self.name}({self.table()!r})"
+
+
+class _Labels(_PerThread):
+    """`current`: the calling thread's labels, as a dict-like view (`current["scope"]`)."""
+
+    __slots__ = ()
+    name, defaults = "current", LABELS
+
+    def table(self) -> dict:
+        return local.labels
+
+    def _swap(self, new: dict) -> dict:
+        previous, local.labels = local.labels, new
+        return previous
+
+    def _unswap(self, previous: dict) -> None:
+        local.labels = previous
+
+
+current = _Labels()
+
+
+class _Switches(_PerThread):
+    """A table of switches: the process's values, and inside a thread's `with` block (see
+    `override`) that thread's own copy, so that one thread's block neither leaks into
+    another thread nor is undone by another thread's exit. Writing outside a block sets
+    the process's value; inside one, the block's (undone when it ends, as before)."""
+
+    __slots__ = ("name", "defaults", "_local")
+
+    def __init__(self, name: str, values: dict) -> None:
+        self.name = name
+        self.defaults = dict(values)  # the process's values: the table outside any block
+        self._local = threading.local()
+
+    def table(self) -> dict:
+        """The dict in effect in this thread: its innermost block's, or the shared one."""
+        own = getattr(self._local, "table", None)
+        return self.defaults if own is None else own
+
+    def _swap(self, new: dict):
+        previous = getattr(self._local, "table", None)
+        self._local.table = new
+        return previous
+
+    def _unswap(self, previous) -> None:
+        self._local.table = previous
 
 
 # Habits of other engines that ta.memory.emulate() switches on, so the cost of each can be
@@ -165,23 +179,16 @@ class _Override:
 
     def __enter__(self) -> None:
         table = self.table
-        if table is current:
-            previous = self.previous = local.labels
-            local.labels = {**previous, **self.changes}
-        elif type(table) is _Switches:
-            previous = self.previous = getattr(table._local, "table", None)
-            table._local.table = {**(table.shared if previous is None else previous),
-                                  **self.changes}
+        if isinstance(table, _PerThread):
+            self.previous = table._swap({**table.table(), **self.changes})
         else:
             self.previous = {key: table[key] for key in self.changes}
             table.update(self.changes)
 
     def __exit__(self, *exc) -> None:
         table = self.table
-        if table is current:
-            local.labels = self.previous
-        elif type(table) is _Switches:
-            table._local.table = self.previous
+        if isinstance(table, _PerThread):
+            table._unswap(self.previous)
         else:
             table.update(self.previous)
 
