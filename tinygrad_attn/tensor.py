@@ -31,6 +31,7 @@ class Tensor:
     _acc = None
     _hooks = None
     _retains_grad = False
+    _no_grad_view = False  # a view made under no_grad of a tensor that requires grad
 
     __array_priority__ = 1000  # so numpy scalars on the left defer to Tensor's operators
 

@@ -260,7 +260,7 @@ def check_inplace(op: str, t: Tensor, recording: bool) -> None:
     With grad mode on, recording or not, refuse a view taken under no_grad of a tensor that
     requires grad (PyTorch's rule): the write would change that tensor behind its graph's
     back, and whether it should be recorded is ambiguous."""
-    if GradMode.enabled and getattr(t, "_no_grad_view", False):
+    if GradMode.enabled and t._no_grad_view:
         raise RuntimeError(
             f"{op}: a view (shape {tuple(t.shape)}) was created in no_grad mode from a tensor "
             "that requires grad and is being modified in place with grad mode enabled; this "
@@ -492,7 +492,7 @@ def _mark_no_grad_views(out, args: tuple) -> None:
             continue  # not a view, or an input given back (an in-place op's)
         for a in args:
             if (type(a) is Tensor and a._storage is o._storage
-                    and ((grad_off and a.requires_grad) or getattr(a, "_no_grad_view", False))):
+                    and ((grad_off and a.requires_grad) or a._no_grad_view)):
                 o._no_grad_view = True
                 break
 
