@@ -10,6 +10,7 @@ cupyx.scipy.special.erf) or run the same array expressions.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -80,6 +81,7 @@ def _float16_in_float32(*keep_float32: int):
     backward reads: rounded to float16 it would be off by up to 0.25 near 1000)."""
 
     def wrap(kernel):
+        @functools.wraps(kernel)
         def run(*args, **kwargs):
             if not _is_half(args[0]):
                 return kernel(*args, **kwargs)
@@ -91,9 +93,6 @@ def _float16_in_float32(*keep_float32: int):
             return tuple(o if o is None or k in keep_float32 else o.astype(np.float16)
                          for k, o in enumerate(out))
 
-        run.__name__ = run.__qualname__ = kernel.__name__
-        run.__doc__ = kernel.__doc__
-        run.__wrapped__ = kernel
         return run
 
     return wrap
