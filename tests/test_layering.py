@@ -13,12 +13,13 @@ ENGINE = ROOT / "tinygrad_attn"
 # checkpoint reads) are pure Python at the bottom, below the rest of the memory package.
 LAYERS = {
     "backend": 0, "errors": 0, "memory/state": 0, "memory/scopes": 0,
-    "shape": 1, "cuda": 1, "backends": 1, "accelerator": 1,
+    "shape": 1, "backends": 1, "accelerator": 1,
     "storage": 2,
     "tensor": 3,
     "autograd": 4,
     "ops": 5, "creation": 5, "random": 5, "return_types": 5,
     "functional": 6, "gradcheck": 6, "checkpoint": 6, "linalg": 6, "amp": 6, "distributed": 6,
+    "cuda": 6,  # cuda.manual_seed reseeds creation's generator; cuda.amp is amp
     "memory": 7, "serialization": 7,
     "viz": 8, "utils": 8,
     "__init__": 9,

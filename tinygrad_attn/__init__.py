@@ -7,7 +7,17 @@ where the bytes of a training step go. See README.md and docs/design.md.
 from . import tensor as _tensor_module  # noqa: F401,I001 - first: binds the op layer
 from . import autograd, backend, checkpoint, cuda, functional, linalg, memory, ops  # noqa: F401
 from . import viz  # noqa: F401 - ta.viz.draw(loss): the graph as SVG / DOT
-from .autograd import Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from . import accelerator, amp, backends, creation, distributed  # noqa: F401 - torch's names
+from .accelerator import device  # noqa: F401
+from .amp import autocast, is_autocast_enabled  # noqa: F401
+from .autograd import (  # noqa: F401
+    Function, enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
+    set_grad_enabled,
+)
+from .backend.dtypes import bfloat16  # noqa: F401 - a name only: tensors of it are refused
+from .backends import (  # noqa: F401
+    compile, get_float32_matmul_precision, set_float32_matmul_precision,
+)
 from .backend import (  # noqa: F401
     DType, bool_, float16, float32, float64, get_default_dtype, get_num_threads, int8, int16,
     int32, int64, promote_types, set_default_dtype, set_num_threads, uint8,
@@ -31,6 +41,61 @@ short = int16
 half = float16
 
 globals().update(ops.names("ta"))  # ta.exp, ta.softmax, ta.checkpoint, ...: each op says
+dtype = DType  # isinstance(x, ta.dtype), as torch.dtype
+
+# Names bound on first use (PEP 562), so that modules other parts of the project add appear
+# here without an edit, and so that `nn` (the top-level package of modules, layers and
+# optimizers, which sits above the engine) is reachable as ta.nn without the engine importing
+# it: the one upward reference, a namespace only (docs/design.md, "The torch-shaped
+# namespace"). name -> (module, attribute or None for the module itself).
+_LAZY = {
+    "nn": ("nn", None),
+    "optim": ("nn", "optim"),
+    "utils": ("tinygrad_attn.utils", None),
+    "random": ("tinygrad_attn.random", None),
+    "return_types": ("tinygrad_attn.return_types", None),
+    "serialization": ("tinygrad_attn.serialization", None),
+    "save": ("tinygrad_attn.serialization", "save"),
+    "load": ("tinygrad_attn.serialization", "load"),
+    "seed": ("tinygrad_attn.random", "seed"),
+    "initial_seed": ("tinygrad_attn.random", "initial_seed"),
+    "default_generator": ("tinygrad_attn.creation", "default_generator"),
+}
+
+
+def __getattr__(name: str):
+    import importlib
+
+    where = _LAZY.get(name)
+    if where is not None:
+        module_name, attr = where
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:  # a module that exists and fails: its own error
+                raise
+            module = None
+        value = module if attr is None else getattr(module, attr, None)
+        if value is None:
+            raise AttributeError(f"module 'tinygrad_attn' has no attribute {name!r}: "
+                                 f"{module_name}{'.' + attr if attr else ''} does not exist "
+                                 "yet (docs/torch-coverage.md lists what exists)")
+        globals()[name] = value
+        return value
+    made = getattr(creation, name, None)  # a factory added to creation.py (ta.randperm)
+    if callable(made) and getattr(made, "__module__", None) == creation.__name__ \
+            and not name.startswith("_"):
+        globals()[name] = made
+        return made
+    raise AttributeError(
+        f"module 'tinygrad_attn' has no attribute {name!r}: the engine does not provide "
+        f"torch.{name} (docs/torch-coverage.md lists what exists and what does not; "
+        "docs/differences.md the deliberate differences)")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
@@ -38,5 +103,6 @@ __all__ = [
     "Tensor", "Storage", "Function", "no_grad", "enable_grad", "set_grad_enabled",
     "is_grad_enabled", "tensor", "zeros", "ones", "empty", "full", "arange", "randn", "rand",
     "randint", "zeros_like", "ones_like", "manual_seed", "gradcheck", "from_dlpack",
-    "set_num_threads", "get_num_threads",
+    "set_num_threads", "get_num_threads", "device", "inference_mode", "autocast",
+    "bfloat16", "compile",
 ]

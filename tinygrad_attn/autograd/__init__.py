@@ -23,7 +23,9 @@ from .graph import (  # noqa: F401
     check_inplace,
     enable_grad,
     gradient_edge,
+    inference_mode,
     is_grad_enabled,
+    is_inference_mode_enabled,
     no_grad,
     set_grad_enabled,
 )

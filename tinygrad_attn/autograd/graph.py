@@ -78,6 +78,47 @@ class set_grad_enabled(_GradModeContext):
         raise TypeError("set_grad_enabled is a context manager, not a decorator")
 
 
+class _InferenceMode(threading.local):
+    enabled = False
+
+
+_inference = _InferenceMode()
+
+
+class inference_mode(_GradModeContext):
+    """Context manager / decorator (`@inference_mode`, `@inference_mode()`): torch's inference
+    mode, which here is no_grad (the engine has no inference tensors, so nothing else
+    changes); `inference_mode(False)` leaves grad mode as it is."""
+
+    def __new__(cls, mode=True):
+        if callable(mode):  # bare @inference_mode
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode: bool = True):
+        self.mode = bool(mode)
+
+    def __enter__(self):
+        self._prev = GradMode.enabled, _inference.enabled
+        if self.mode:
+            GradMode.enabled, _inference.enabled = False, True
+
+    def __exit__(self, *exc):
+        GradMode.enabled, _inference.enabled = self._prev
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with inference_mode(self.mode):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def is_inference_mode_enabled() -> bool:
+    return _inference.enabled
+
+
 def is_grad_enabled() -> bool:
     return GradMode.enabled
 

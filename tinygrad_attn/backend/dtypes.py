@@ -47,12 +47,48 @@ def _dtype_by_name(name: str) -> DType:
     return _BY_NAME[name]
 
 
+class UnsupportedDType:
+    """A torch dtype the engine names but does not implement: code that mentions it (a
+    config table of dtypes, `dtype == ta.bfloat16`) imports and compares, and making a tensor
+    of it raises a TypeError that names it (`to_dtype` refuses it)."""
+
+    __slots__ = ("name", "itemsize", "is_floating_point", "reason")
+
+    def __init__(self, name: str, itemsize: int, is_floating_point: bool, reason: str) -> None:
+        self.name = name
+        self.itemsize = itemsize
+        self.is_floating_point = is_floating_point
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"tinygrad_attn.{self.name}"
+
+    def __reduce__(self):
+        return (_unsupported_by_name, (self.name,))
+
+
+bfloat16 = UnsupportedDType("bfloat16", 2, True, "NumPy, the engine's array library, has no "
+                            "bfloat16 type")
+_UNSUPPORTED = {bfloat16.name: bfloat16}
+
+
+def _unsupported_by_name(name: str) -> UnsupportedDType:
+    return _UNSUPPORTED[name]
+
+
+def _refuse(d: UnsupportedDType):
+    raise TypeError(f"dtype {d.name} is not supported by the engine ({d.reason}); use one of "
+                    f"{[t.name for t in DTYPES]} (float32 or float16 in its place)")
+
+
 def to_dtype(x) -> DType:
     """A DType from a DType, a name ('float32'), a Python type or a NumPy/CuPy dtype."""
     if isinstance(x, DType):
         return x
     if isinstance(x, str) and x in _BY_NAME:
         return _BY_NAME[x]
+    if isinstance(x, UnsupportedDType) or (isinstance(x, str) and x in _UNSUPPORTED):
+        _refuse(_UNSUPPORTED[x] if isinstance(x, str) else x)
     if x is float:
         return _default[0]
     if x is int:

@@ -1,0 +1,11 @@
+"""ta.backends.mps: Apple's Metal device, which the engine does not have."""
+
+from __future__ import annotations
+
+
+def is_available() -> bool:
+    return False
+
+
+def is_built() -> bool:
+    return False
