@@ -7,13 +7,14 @@ from . import shape as shp
 from .backend.dtypes import checked_scalar
 from .tensor import Tensor, from_array
 
-default_generator = backend.Generator(0)
+Generator = backend.Generator
+# the engine's default generator: one stream per device, seeded with 0 at import
+default_generator = backend.Generator(device=None).manual_seed(0)
 
 
 def manual_seed(seed: int) -> backend.Generator:
-    """Seed the random streams of every device (as torch.manual_seed)."""
-    default_generator.manual_seed(seed)
-    return default_generator
+    """Seed the random streams of every device; returns the default generator (as torch)."""
+    return default_generator.manual_seed(seed)
 
 
 def get_rng_state() -> dict:
@@ -143,35 +144,143 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _finish(arr, requires_grad)
 
 
-def randn(*shape, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def _generator(generator, device: str):
+    """The generator a draw uses: the given one (a ta.Generator) or the default."""
+    if generator is None:
+        return default_generator
+    if not isinstance(generator, backend.Generator):
+        raise TypeError(f"generator must be a ta.Generator, got {type(generator).__name__}")
+    return generator
+
+
+def _sized(op: str, shape, size):
+    """The size of a factory given as *size or size= (not both), as torch reads it."""
+    if size is not None:
+        if shape:
+            raise TypeError(f"{op}(): got the size both as positional arguments and size=")
+        return (size,)
+    return shape
+
+
+def randn(*shape, size=None, generator=None, dtype=None, device=None, requires_grad=False,
+          pin_memory=False) -> Tensor:
     """Standard normal samples from the seeded generator (see manual_seed)."""
     dtype, device = _float_dtype("randn", dtype), backend.canonical_device(device)
-    gen = generator or default_generator
+    gen = _generator(generator, device)
     with backend.on_device(device):
-        arr = gen.normal(_shape("randn", shape, dtype), dtype, device)
+        arr = gen.normal(_shape("randn", _sized("randn", shape, size), dtype), dtype, device)
     return _finish(arr, requires_grad)
 
 
-def rand(*shape, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def rand(*shape, size=None, generator=None, dtype=None, device=None, requires_grad=False,
+         pin_memory=False) -> Tensor:
     """Uniform samples in [0, 1) from the seeded generator."""
     dtype, device = _float_dtype("rand", dtype), backend.canonical_device(device)
-    gen = generator or default_generator
+    gen = _generator(generator, device)
     with backend.on_device(device):
-        arr = gen.uniform(_shape("rand", shape, dtype), dtype, device)
+        arr = gen.uniform(_shape("rand", _sized("rand", shape, size), dtype), dtype, device)
     return _finish(arr, requires_grad)
 
 
-def randint(low, high=None, size=(), dtype=None, device=None, generator=None) -> Tensor:
+def _int_arg(op: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if hasattr(value, "item") and getattr(value, "shape", None) == ():
+            return _int_arg(op, name, value.item())  # a 0-d tensor reads as its number
+        raise TypeError(f"{op}(): argument '{name}' must be int, not {type(value).__name__}")
+    return value
+
+
+def _is_size(x) -> bool:
+    return isinstance(x, (tuple, list)) or (hasattr(x, "__len__") and not hasattr(x, "shape"))
+
+
+def _randint_args(args, low, high, size) -> tuple:
+    """(low, high, size) from torch's forms: randint(high, size), randint(low, high, size),
+    any of them by keyword."""
+    args = list(args)
+    if size is None and args and _is_size(args[-1]):
+        size = args.pop()
+    elif size is None and len(args) >= 2:
+        raise TypeError(f"randint(): argument 'size' must be tuple of ints, not "
+                        f"{type(args[-1]).__name__}")
+    if len(args) == 2:
+        if low is not None or high is not None:
+            raise TypeError("randint(): got low/high both by position and by keyword")
+        low, high = args
+    elif len(args) == 1:
+        if high is None:
+            high = args[0]
+        elif low is None:
+            low = args[0]
+        else:
+            raise TypeError("randint(): got low/high both by position and by keyword")
+    elif args:
+        raise TypeError(f"randint(): takes low, high and size; got {len(args)} positional "
+                        "arguments besides the size")
     if high is None:
-        low, high = 0, low
+        raise TypeError("randint(): missing the required argument 'high'")
+    if size is None:
+        raise TypeError("randint(): missing the required argument 'size' (a tuple of ints)")
+    if not _is_size(size):
+        raise TypeError(f"randint(): argument 'size' must be tuple of ints, not "
+                        f"{type(size).__name__}")
+    low = 0 if low is None else _int_arg("randint", "low", low)
+    return low, _int_arg("randint", "high", high), tuple(size)
+
+
+def randint(*args, low=None, high=None, size=None, generator=None, dtype=None, device=None,
+            requires_grad=False, pin_memory=False) -> Tensor:
+    """Integers uniform in [low, high): randint(high, size) or randint(low, high, size), as
+    torch (int64 unless dtype= says otherwise)."""
+    low, high, size = _randint_args(args, low, high, size)
     dtype, device = _dtype(dtype, backend.int64), backend.canonical_device(device)
-    gen = generator or default_generator
+    shape = _shape("randint", (size,), dtype)
+    backend.random.check_range("randint", low, high, dtype)
+    gen = _generator(generator, device)
     with backend.on_device(device):
-        arr = gen.integers(low, high, _shape("randint", (size,), dtype), dtype, device)
-    return _finish(arr, False)
+        arr = gen.integers(low, high, shape, dtype, device)
+    return _finish(arr, requires_grad)
 
 
-def _like(kind, t: Tensor, dtype, device, requires_grad, value=None):
+def randint_like(t, *args, low=None, high=None, generator=None, dtype=None, device=None,
+                 requires_grad=False, memory_format=None) -> Tensor:
+    """randint of t's shape (and dtype and device unless given): randint_like(t, high) or
+    randint_like(t, low, high)."""
+    low, high, _ = _randint_args(args, low, high, ())
+    dtype = t.dtype if dtype is None else dtype
+    device = t.device if device is None else device
+    return randint(low, high, tuple(t.shape), generator=generator, dtype=dtype,
+                   device=device, requires_grad=requires_grad)
+
+
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False,
+             pin_memory=False) -> Tensor:
+    """A random permutation of 0 .. n-1 (int64 unless dtype= says otherwise)."""
+    n = _int_arg("randperm", "n", n)
+    dtype, device = _dtype(dtype, backend.int64), backend.canonical_device(device)
+    _shape("randperm", (n,), dtype)
+    if n > 0:
+        checked_scalar("randperm", n - 1, dtype)  # the largest entry must fit, as torch
+    gen = _generator(generator, device)
+    with backend.on_device(device):
+        arr = gen.permutation(n, dtype, device)
+    return _finish(arr, requires_grad)
+
+
+def normal_of_size(mean: float, std: float, size, *, generator=None, dtype=None, device=None,
+                   requires_grad=False) -> Tensor:
+    """torch.normal(mean, std, size): numbers for mean and std, a new tensor of `size`
+    (ta.normal's fourth form; its tensor forms are ops, in ops/random.py)."""
+    if std < 0:
+        raise RuntimeError(f"normal: normal expects std >= 0.0, but found std {std}")
+    dtype, device = _float_dtype("normal", dtype), backend.canonical_device(device)
+    gen = _generator(generator, device)
+    with backend.on_device(device):
+        arr = gen.normal(_shape("normal", (size,), dtype), dtype, device, mean, std)
+    return _finish(arr, requires_grad)
+
+
+def _like(kind, t: Tensor, dtype, device, requires_grad, value=None, generator=None):
     dtype = t.dtype if dtype is None else dtype
     device = t.device if device is None else device
     if kind == "full":
@@ -179,7 +288,8 @@ def _like(kind, t: Tensor, dtype, device, requires_grad, value=None):
     if kind in ("randn", "rand"):
         _float_dtype(f"{kind}_like", dtype)
         fn = randn if kind == "randn" else rand
-        return fn(t.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+        return fn(t.shape, dtype=dtype, device=device, requires_grad=requires_grad,
+                  generator=generator)
     return _filled(kind, t.shape, dtype, device, requires_grad)
 
 
@@ -199,12 +309,14 @@ def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
     return _like("full", t, dtype, device, requires_grad, fill_value)
 
 
-def randn_like(t, dtype=None, device=None, requires_grad=False):
-    return _like("randn", t, dtype, device, requires_grad)
+def randn_like(t, dtype=None, device=None, requires_grad=False, *, generator=None,
+               memory_format=None):
+    return _like("randn", t, dtype, device, requires_grad, generator=generator)
 
 
-def rand_like(t, dtype=None, device=None, requires_grad=False):
-    return _like("rand", t, dtype, device, requires_grad)
+def rand_like(t, dtype=None, device=None, requires_grad=False, *, generator=None,
+              memory_format=None):
+    return _like("rand", t, dtype, device, requires_grad, generator=generator)
 
 
 def from_numpy(arr) -> Tensor:
@@ -231,3 +343,10 @@ def from_dlpack(obj) -> Tensor:
     storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr), shape=arr.shape)
     return _make(storage, arr.shape, strides, offset)
 
+
+
+# The sampling ops that take a tensor (the fills uniform_, normal_, ..., and bernoulli,
+# normal, poisson, multinomial) live in the op layer; creation is imported while the op
+# layer loads (ops/nn.py reads default_generator), before Tensor attaches the registered
+# methods, so importing them here registers them in time.
+from .ops import random as _random_ops  # noqa: E402,F401
