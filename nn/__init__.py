@@ -75,7 +75,8 @@ __all__ = [
     "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
 ]
 
-from . import data, init, optim, utils  # noqa: E402
+from . import data, init, modules, optim, parallel, utils  # noqa: E402
 from .serialization import load, load_metadata, save  # noqa: E402
 
-__all__ += ["init", "optim", "utils", "data", "save", "load", "load_metadata"]
+__all__ += ["init", "optim", "utils", "data", "save", "load", "load_metadata", "modules",
+            "parallel"]
