@@ -95,8 +95,8 @@ def test_bad_inputs_are_clear_errors():
         F.scaled_dot_product_attention(q, k, v, attn_mask=ta.ones(3, 4, dtype=ta.bool))
     with pytest.raises(ValueError, match="block_size must be a positive int"):
         F.scaled_dot_product_attention(q, k, v, block_size=0)
-    with pytest.raises(ValueError, match="dropout_p"):
-        F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+    with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1"):
+        F.scaled_dot_product_attention(q, k, v, dropout_p=1.5)
 
 
 def _block(w1, w2):

@@ -13,6 +13,12 @@ backend.kernels.attention_block_forward, attention_block_probs and attention_blo
 float16 runs in float32, as torch's CPU attention does for half (its row sums of exps and
 its dot products lose too much in float16): q, k, v are widened per call, the output and
 the gradients are rounded to float16 once, and the row logsumexp is kept in float32.
+
+Attention dropout (dropout_p > 0) drops probabilities after the softmax, as torch's:
+out = (P * keep / (1 - p)) @ v, the row sums still those of the undropped P. Its mask is
+counter-based: whether score (b, i, j) is kept is a hash of one seed and the score's flat
+index, so each tile's mask is rebuilt from the seed where it is needed, in forward and
+again in backward, and no T x T mask is ever stored.
 """
 
 from __future__ import annotations
@@ -22,12 +28,61 @@ import math
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..creation import default_generator
 from ..errors import ShapeError
 from ._math_util import wide
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .registry import op
 
 DEFAULT_BLOCK_SIZE = 128
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment: 2**64 / golden ratio, odd
+_MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # splitmix64's finalizer
+
+
+def _mix(z: int) -> int:
+    """splitmix64's finalizer on one Python int (the seed's own mixing)."""
+    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
+    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _dropout_keep(xp, drop, batch, Tq, Tk, i0, i1, j0, j1):
+    """Bool keep-mask of one tile of the (batch..., Tq, Tk) scores under attention dropout.
+
+    drop = (seed, threshold, scale). Score number n (its flat index in the scores) is kept
+    when the top 53 bits of splitmix64(seed + n * golden) reach the threshold, round(p * 2**53):
+    a pure function of the seed and n, so forward and backward, and any block size, see the
+    same mask. Two uint64 buffers of the tile's size, freed on return.
+    """
+    seed, threshold, _ = drop
+    u64 = xp.uint64
+    n_batch = math.prod(batch)
+    z = (xp.arange(n_batch, dtype=u64).reshape(batch + (1, 1)) * u64(Tq * Tk)
+         + xp.arange(i0, i1, dtype=u64)[:, None] * u64(Tk)
+         + xp.arange(j0, j1, dtype=u64)[None, :])
+    z *= u64(_GOLDEN)  # uint64 arithmetic wraps modulo 2**64, as splitmix64 wants
+    z += u64(seed)
+    t = z >> u64(30)
+    z ^= t
+    z *= u64(_MIX1)
+    xp.right_shift(z, u64(27), out=t)
+    z ^= t
+    z *= u64(_MIX2)
+    xp.right_shift(z, u64(31), out=t)
+    z ^= t
+    xp.right_shift(z, u64(11), out=z)
+    return z >= u64(threshold)
+
+
+def _apply_dropout(xp, p, drop, batch, Tq, Tk, i0, i1, j0, j1):
+    """p *= keep / (1 - p_drop) over one tile, in place (nothing when drop is None)."""
+    if drop is None:
+        return
+    keep = _dropout_keep(xp, drop, batch, Tq, Tk, i0, i1, j0, j1)
+    xp.multiply(p, keep, out=p)
+    p *= p.dtype.type(drop[2])
 
 
 def _block_mask(xp, causal, mask, i0, i1, j0, j1):
@@ -50,10 +105,14 @@ class ScaledDotProductAttention(Function):
 
     Backward per block: p = exp(s - lse); dv += p^T do; dp = do v^T;
     ds = p * (dp - rowsum(do * out)); dq += ds k * scale; dk += ds^T q * scale.
+    With dropout, z = keep / (1 - p_drop): dv += (p z)^T do and ds = p * (dp z - rowsum(do *
+    out)) (rowsum(dp z p) is still rowsum(do * out)). Dropout saves no tensor at all: only
+    its seed, one Python int on ctx, from which backward rebuilds each tile's mask.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, mask=None, is_causal=False, scale=None, block_size=None):
+    def forward(ctx, q, k, v, mask=None, is_causal=False, scale=None, block_size=None,
+                dropout=None):
         xp = backend.xp_for(q.device)
         Q, K, V = wide(q._array()), wide(k._array()), wide(v._array())
         B = Q.shape[:-2]
@@ -86,6 +145,7 @@ class ScaledDotProductAttention(Function):
                 keep, add = _block_mask(xp, is_causal, M, i0, i1, j0, j1)
                 # s becomes p; m, l and acc move on to this key block (in place)
                 backend.kernels.attention_block_forward(s, m, l, acc, keep, add, scale)
+                _apply_dropout(xp, s, dropout, B, Tq, Tk, i0, i1, j0, j1)  # after l's sum
                 acc += backend.matmul(xp, s, V[..., j0:j1, :])
             # a query that may see no key at all (l == 0) gets zeros, as torch (not 0 / 0),
             # and an lse of +inf: backward's p = exp(z - lse) is then 0 over the row, even
@@ -97,6 +157,7 @@ class ScaledDotProductAttention(Function):
                 unseen, xp.inf, xp.where(xp.isfinite(m), m, 0) + xp.log(xp.where(unseen, 1, l)))
         ctx.mask_given = mask is not None
         ctx.is_causal, ctx.scale, ctx.block_size = is_causal, scale, bs
+        ctx.dropout = dropout
         # float16: rounded once, keeping the heads-innermost layout (astype keeps strides)
         out_t = from_array(out.astype(q.dtype.np, copy=False))
         ctx.save_for_backward(q, k, v, out_t, from_array(lse), mask)
@@ -109,7 +170,7 @@ class ScaledDotProductAttention(Function):
         Q, K, V, O, LSE, G = (wide(t._array()) for t in (q, k, v, out, lse, g))
         B = Q.shape[:-2]
         Tq, Tk = Q.shape[-2], K.shape[-2]
-        bs, scale, causal = ctx.block_size, ctx.scale, ctx.is_causal
+        bs, scale, causal, drop = ctx.block_size, ctx.scale, ctx.is_causal, ctx.dropout
         M = None if mask is None else xp.broadcast_to(wide(mask._array()), B + (Tq, Tk))
         dQ = xp.zeros(B + Q.shape[-2:], dtype=Q.dtype)
         dK = xp.zeros(B + K.shape[-2:], dtype=Q.dtype)
@@ -133,8 +194,15 @@ class ScaledDotProductAttention(Function):
                 p = backend.matmul(xp, q_blk, xp.swapaxes(k_blk, -1, -2))
                 keep, add = _block_mask(xp, causal, M, i0, i1, j0, j1)
                 backend.kernels.attention_block_probs(p, lse_blk, keep, add, scale)
-                dV[..., j0:j1, :] += backend.matmul(xp, xp.swapaxes(p, -1, -2), g_blk)
                 ds = backend.matmul(xp, g_blk, xp.swapaxes(v_blk, -1, -2))
+                if drop is None:
+                    dV[..., j0:j1, :] += backend.matmul(xp, xp.swapaxes(p, -1, -2), g_blk)
+                else:  # the tile's mask again, from the seed: z = keep / (1 - p_drop)
+                    z = _dropout_keep(xp, drop, B, Tq, Tk, i0, i1, j0, j1) * p.dtype.type(
+                        drop[2])
+                    dV[..., j0:j1, :] += backend.matmul(xp, xp.swapaxes(p * z, -1, -2), g_blk)
+                    ds *= z
+                    del z
                 # the mask's gradient is ds before the scale
                 backend.kernels.attention_block_dscores(ds, p, d_blk,
                                                         1 if dM is not None else scale)
@@ -197,12 +265,9 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
         raise ValueError(
             f"scaled_dot_product_attention: block_size must be a positive int, got {block_size!r}"
         )
-    if dropout_p != 0.0:
-        raise ValueError(
-            "scaled_dot_product_attention: dropout_p must be 0.0 in the blocked kernel (the "
-            "dropped probabilities would have to be replayed in backward); use the 'views' "
-            "attention for attention dropout"
-        )
+    if not 0.0 <= dropout_p <= 1.0:  # torch raises RuntimeError, for a negative p too
+        raise RuntimeError(f"scaled_dot_product_attention: dropout probability has to be "
+                           f"between 0 and 1, but got {dropout_p} (q {tuple(q.shape)})")
     target = tuple(q.shape[:-1]) + (k.shape[-2],)
     if attn_mask is not None:
         try:
@@ -220,8 +285,20 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
             )
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    if dropout_p == 0.0:
+        return ScaledDotProductAttention.apply(q, k, v, attn_mask, is_causal=is_causal,
+                                               scale=scale, block_size=block_size)
     return ScaledDotProductAttention.apply(q, k, v, attn_mask, is_causal=is_causal,
-                                           scale=scale, block_size=block_size)
+                                           scale=scale, block_size=block_size,
+                                           dropout=_dropout_plan(dropout_p, q.device))
+
+
+def _dropout_plan(p: float, device: str) -> tuple:
+    """(seed, threshold, scale) of one call's attention dropout; the seed is one draw of
+    the engine's generator, so manual_seed (and checkpoint's replay) fix the mask."""
+    drawn = int(default_generator.integers(0, 2**62, (), backend.int64, device))
+    threshold = min(round(p * 2**53), 2**53)
+    return _mix(drawn), threshold, 0.0 if p == 1.0 else 1.0 / (1.0 - p)
 
 
 def _grouped_heads(q, k, v, attn_mask):
