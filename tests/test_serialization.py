@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 import nn
 import nn.optim as optim
-import nn.serialization as serialization
 import tinygrad_attn as ta
 from nn.serialization import flatten_state, load, load_metadata, save, unflatten_state
+from tinygrad_attn.serialization import safetensors_format as serialization
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
