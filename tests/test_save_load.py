@@ -320,10 +320,18 @@ def test_weights_only_false_still_never_unpickles(tmp_path):
 
 # ----------------------------------------------------------------------------- devices
 class _Device:
-    """A stand-in with torch.device's two attributes."""
+    """An object with torch.device's two attributes (torch.device itself, say)."""
 
     def __init__(self, type, index=None):
         self.type, self.index = type, index
+
+
+def test_save_and_load_are_the_packages_names():
+    f = io.BytesIO()
+    ta.save({"w": ta.ones(2)}, f)
+    f.seek(0)
+    assert ta.load(f, map_location=ta.device("cpu"))["w"].tolist() == [1.0, 1.0]
+    assert ta.save is save and ta.load is load
 
 
 def test_map_location_forms_on_the_cpu(tmp_path):
@@ -335,7 +343,7 @@ def test_map_location_forms_on_the_cpu(tmp_path):
         seen.append((tensor.device, location))
         return tensor * 2
 
-    for form in (None, "cpu", "cpu:0", _Device("cpu"), {"cuda:0": "cpu"}):
+    for form in (None, "cpu", "cpu:0", ta.device("cpu"), _Device("cpu"), {"cuda:0": "cpu"}):
         assert load(path, map_location=form)["w"].device == "cpu"
     assert load(path, map_location=keep)["w"].tolist() == [2.0, 2.0]
     assert seen == [("cpu", "cpu")]
@@ -354,13 +362,15 @@ def test_map_location_for_tensors_saved_on_a_gpu(tmp_path, gpu_device):
     host = obj["w"].cpu().numpy()
     assert load(path)["w"].device == dev  # None: back where it was saved
     assert load(path)["c"].device == "cpu"
-    for form in ("cpu", {dev: "cpu"}, lambda t, loc: t, _Device("cpu")):
+    for form in ("cpu", {dev: "cpu"}, {dev: ta.device("cpu")}, lambda t, loc: t,
+                 ta.device("cpu"), _Device("cpu", 0)):
         w = load(path, map_location=form)["w"]
         assert w.device == "cpu", form
         np.testing.assert_array_equal(w.numpy(), host)
     assert load(path, map_location={"cuda:7": "cpu"})["w"].device == dev  # not its location
     assert load(path, map_location=lambda t, loc: None)["w"].device == dev
     assert load(path, map_location=gpu_device)["c"].device == dev
+    assert load(path, map_location=ta.device(dev))["c"].device == dev
 
     previous = ta.backend._install_array_module(None)  # a machine without CUDA
     try:
@@ -478,7 +488,7 @@ def test_a_torch_save_file_is_refused_with_the_documented_conversion(tmp_path):
                                ref(torch.from_numpy(x)).detach().numpy(), rtol=1e-6)
 
 
-def test_a_whole_torch_training_checkpoint_converts_with_its_structure(tmp_path, monkeypatch):
+def test_a_whole_torch_training_checkpoint_converts_with_its_structure(tmp_path):
     """The docs' second conversion keeps a nanoGPT-style checkpoint's nesting and types."""
     torch = pytest.importorskip("torch")
     (whole,) = [c for c in _documented_commands() if "ta.save" in c[2]]
@@ -490,8 +500,6 @@ def test_a_whole_torch_training_checkpoint_converts_with_its_structure(tmp_path,
             "best_val_loss": 2.5, "model_args": {"n_layer": 2, "bias": True},
             "config": {"betas": (0.9, 0.95), "init_from": "scratch"}}
     torch.save(ckpt, tmp_path / "ckpt.pt")
-    if not hasattr(ta, "save"):  # until the package exports it, as the docs' line reads
-        monkeypatch.setattr(ta, "save", save, raising=False)
     _run_python_c(whole, tmp_path)
     back = load(tmp_path / "ckpt.safetensors")
     assert type(back["model"]) is collections.OrderedDict
