@@ -4,17 +4,20 @@ Strided zero-copy views, batched matmul and softmax, and a memory ledger that ex
 where the bytes of a training step go. See README.md and docs/design.md.
 """
 
+import math as _math  # noqa: I001 - below, the tensor module must be imported first
+
 from . import tensor as _tensor_module  # noqa: F401,I001 - first: binds the op layer
 from . import autograd, backend, checkpoint, cuda, functional, linalg, memory, ops  # noqa: F401
 from . import viz  # noqa: F401 - ta.viz.draw(loss): the graph as SVG / DOT
 from . import accelerator, amp, backends, creation, distributed  # noqa: F401 - torch's names
 from .accelerator import device  # noqa: F401
-from .amp import autocast, is_autocast_enabled  # noqa: F401
+from .amp import GradScaler, autocast, is_autocast_enabled  # noqa: F401
 from .autograd import (  # noqa: F401
     Function, enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
     set_grad_enabled,
 )
 from .backend.dtypes import bfloat16  # noqa: F401 - a name only: tensors of it are refused
+from .backend.dtypes import finfo, iinfo  # noqa: F401
 from .backends import (  # noqa: F401
     compile, get_float32_matmul_precision, set_float32_matmul_precision,
 )
@@ -42,6 +45,8 @@ half = float16
 
 globals().update(ops.names("ta"))  # ta.exp, ta.softmax, ta.checkpoint, ...: each op says
 dtype = DType  # isinstance(x, ta.dtype), as torch.dtype
+e, pi, inf, nan = _math.e, _math.pi, _math.inf, _math.nan  # as torch.e, torch.pi, ...
+newaxis = None  # x[:, ta.newaxis], as torch.newaxis
 
 # Names bound on first use (PEP 562), so that modules other parts of the project add appear
 # here without an edit, and so that `nn` (the top-level package of modules, layers and

@@ -101,6 +101,42 @@ def to_dtype(x) -> DType:
         raise TypeError(f"unsupported dtype {x!r}; use one of {[d.name for d in DTYPES]}") from None
 
 
+class finfo:  # noqa: N801 - torch's name
+    """torch.finfo(dtype=default): the limits of a floating dtype (bits, eps, max, min, tiny,
+    smallest_normal, resolution), as Python floats; `dtype` is its name."""
+
+    def __init__(self, dtype=None) -> None:
+        d = _default[0] if dtype is None else to_dtype(dtype)
+        if not d.is_floating_point:
+            raise TypeError(f"finfo: {d.name} is not a floating point dtype; use iinfo")
+        info = np.finfo(d.np)
+        self.bits, self.dtype = int(info.bits), d.name
+        self.eps, self.max, self.min = float(info.eps), float(info.max), float(info.min)
+        self.tiny = self.smallest_normal = float(info.tiny)
+        self.resolution = 10.0 ** -int(info.precision)  # torch gives the decimal, unrounded
+
+    def __repr__(self) -> str:
+        return (f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, "
+                f"eps={self.eps}, smallest_normal={self.smallest_normal}, tiny={self.tiny}, "
+                f"dtype={self.dtype})")
+
+
+class iinfo:  # noqa: N801 - torch's name
+    """torch.iinfo(dtype): the limits of an integer dtype (bits, max, min)."""
+
+    def __init__(self, dtype) -> None:
+        d = to_dtype(dtype)
+        if d.is_floating_point or d is bool_:
+            raise TypeError(f"iinfo: {d.name} is not an integer dtype"
+                            + ("; use finfo" if d.is_floating_point else ""))
+        info = np.iinfo(d.np)
+        self.bits, self.dtype = int(info.bits), d.name
+        self.max, self.min = int(info.max), int(info.min)
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+
+
 def dtype_of(arr) -> DType:
     try:
         return _BY_NP[arr.dtype]

@@ -10,6 +10,7 @@ computes them. `set_float32_matmul_precision` and `compile` are of the same kind
 from __future__ import annotations
 
 import sys
+import warnings
 
 from . import cpu, cuda, cudnn, mps  # noqa: F401
 
@@ -26,9 +27,10 @@ def set_float32_matmul_precision(precision: str) -> None:
     'medium' let torch use TF32 on a GPU; the engine always computes float32 matmuls in
     float32, so the value is recorded (and mirrored in `cuda.matmul.allow_tf32`, as torch
     does) and changes no result."""
-    if precision not in _PRECISIONS:
-        raise ValueError(f"set_float32_matmul_precision: {precision!r} is not one of "
-                         f"{_PRECISIONS}")
+    if precision not in _PRECISIONS:  # torch warns and keeps the setting
+        warnings.warn(f"set_float32_matmul_precision: {precision!r} is not one of "
+                      f"{_PRECISIONS}; the call has no effect", UserWarning, stacklevel=2)
+        return
     _precision[0] = precision
     cuda.matmul.allow_tf32 = precision != "highest"
 
