@@ -1,0 +1,33 @@
+"""torch.utils.data's counterpart: datasets, samplers, default_collate and DataLoader.
+
+Shuffling draws from a ta.Generator (`DataLoader(..., generator=ta.Generator().manual_seed(0))`
+is reproducible), whose stream is the engine's own: for one seed the shuffled order differs
+from torch's, while sequential batches, batch sizes, drop_last and collation are torch's.
+"""
+
+from .dataloader import DataLoader, default_collate, default_convert, get_worker_info
+from .dataset import (
+    ChainDataset,
+    ConcatDataset,
+    Dataset,
+    IterableDataset,
+    StackDataset,
+    Subset,
+    TensorDataset,
+    random_split,
+)
+from .sampler import (
+    BatchSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
+
+__all__ = [
+    "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
+    "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "StackDataset",
+    "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
+    "default_collate", "default_convert", "get_worker_info", "random_split",
+]
