@@ -268,13 +268,18 @@ class MultiheadAttention(Module):
         return out, (weights.mean(dim=1) if average_attn_weights else weights)
 
     def _merge(self, y, L: int, N: int):
-        """(N, nh, L, hs) -> out_proj -> (L, N, E), a transposed view of (N, L, E).
+        """(N, nh, L, hs) -> out_proj -> (L, N, E).
 
-        The attention kernel lays its output out heads-innermost, so merging the heads is
-        a view, not a copy; batch_first transposes the result back to contiguous (N, L, E).
+        The attention kernel lays its output out heads-innermost, (N, L, nh, hs) in memory,
+        so merging the heads is a view in either order, not a copy; out_proj's GEMM reads
+        it through its strides and writes a fresh output in the order the module returns
+        (batch_first: (N, L, E), else (L, N, E)), contiguous either way.
         """
-        y = y.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
-        return self.out_proj(y).transpose(0, 1)
+        if self.batch_first:
+            y = y.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
+            return self.out_proj(y).transpose(0, 1)
+        y = y.permute(2, 0, 1, 3).reshape(L, N, self.embed_dim)  # (L, N, E), strided
+        return self.out_proj(y)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
