@@ -334,3 +334,80 @@ def test_cosine_lr_schedule():
     assert lr[110] == pytest.approx(min_lr) and lr[129] == min_lr
     assert all(a >= b for a, b in zip(lr[10:], lr[11:]))  # monotone after warmup
     assert nn_utils.cosine_lr(5, 1.0, 0, 5, 0.1) == pytest.approx(0.1)  # no warmup
+
+
+@pytest.mark.parametrize("norm_type", [0.0, -math.inf, "inf", 2])
+def test_clip_grad_norm_other_norms_match_torch(norm_type):
+    torch = _torch()
+    arrays = _arrays(0)
+    ours, theirs = _params(arrays), _torch_params(arrays)
+    grads = _arrays(3)
+    grads[1][2] = 0.0  # a zero for the 0-"norm" to skip
+    _set_grads(ours, theirs, grads)
+    total = nn_utils.clip_grad_norm_(ours, 0.5, norm_type, foreach=True)
+    expected = torch.nn.utils.clip_grad_norm_(theirs, 0.5, norm_type, foreach=False)
+    assert total.item() == pytest.approx(expected.item(), rel=1e-12)
+    for p, q in zip(ours, theirs):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_clip_grad_norm_refuses_a_nonfinite_norm_when_asked():
+    torch = _torch()
+    ours, theirs = _params(_arrays(0)), _torch_params(_arrays(0))
+    grads = _arrays(1)
+    grads[0][0, 0] = math.inf
+    _set_grads(ours, theirs, grads)
+    with pytest.raises(RuntimeError) as mine:
+        nn_utils.clip_grad_norm_(ours, 1.0, error_if_nonfinite=True)
+    with pytest.raises(RuntimeError) as ref:
+        torch.nn.utils.clip_grad_norm_(theirs, 1.0, error_if_nonfinite=True)
+    assert str(mine.value) == str(ref.value)
+    assert math.isinf(nn_utils.clip_grad_norm_(ours, 1.0).item())  # scaled by it otherwise
+    assert nn_utils.clip_grad_norm_([ta.zeros(2, requires_grad=True)], 1.0).item() == 0.0
+
+
+def test_get_total_norm_and_clip_grads_with_norm_match_torch():
+    torch = _torch()
+    arrays = _arrays(0)
+    ours, theirs = _params(arrays), _torch_params(arrays)
+    _set_grads(ours, theirs, _arrays(4))
+    total = nn_utils.get_total_norm([p.grad for p in ours], 3.0)
+    expected = torch.nn.utils.get_total_norm([q.grad for q in theirs], 3.0)
+    assert total.item() == pytest.approx(expected.item(), rel=1e-12)
+    nn_utils.clip_grads_with_norm_(ours, 0.25, total)
+    torch.nn.utils.clip_grads_with_norm_(theirs, 0.25, expected)
+    for p, q in zip(ours, theirs):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_clip_grad_value_matches_torch():
+    torch = _torch()
+    arrays = _arrays(0)
+    ours, theirs = _params(arrays), _torch_params(arrays)
+    _set_grads(ours, theirs, _arrays(5))
+    assert nn_utils.clip_grad_value_(ours, 0.3) is None
+    torch.nn.utils.clip_grad_value_(theirs, 0.3)
+    for p, q in zip(ours, theirs):
+        np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
+    assert max(abs(p.grad.numpy()).max() for p in ours) == 0.3
+
+
+def test_parameters_to_vector_and_back_match_torch():
+    torch = _torch()
+    arrays = _arrays(0)
+    ours, theirs = _params(arrays), _torch_params(arrays)
+    vec = nn_utils.parameters_to_vector(ours)
+    np.testing.assert_array_equal(
+        vec.detach().numpy(), torch.nn.utils.parameters_to_vector(theirs).detach().numpy())
+    assert vec.shape == (sum(a.size for a in arrays),)
+    vec.sum().backward()  # the vector is differentiable in the parameters
+    assert all((p.grad.numpy() == 1).all() for p in ours)
+    new = np.arange(vec.shape[0], dtype=np.float64)
+    nn_utils.vector_to_parameters(ta.tensor(new), ours)
+    torch.nn.utils.vector_to_parameters(torch.tensor(new), theirs)
+    for p, q in zip(ours, theirs):
+        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+    with pytest.raises(TypeError, match="expected torch.Tensor"):
+        nn_utils.vector_to_parameters(new, ours)
+    with pytest.raises(RuntimeError, match="vector_to_parameters: vec has shape"):
+        nn_utils.vector_to_parameters(ta.zeros(3, dtype=ta.float64), ours)
