@@ -194,6 +194,32 @@ def test_cuda_manual_seed_without_a_gpu_leaves_the_cpu_stream_alone():
     assert ta.rand(4).tolist() == expected.tolist()
 
 
+def test_cuda_accelerator_and_amp_with_a_gpu(monkeypatch):
+    """On tests/fake_cupy.py's GPU: the queries answer for it, and autocast and GradScaler,
+    which would change results there, refuse instead of running uncast or unscaled."""
+    from conftest import install_fake_cupy
+
+    previous = install_fake_cupy(monkeypatch)
+    try:
+        assert ta.cuda.is_available() and ta.cuda.device_count() >= 1
+        assert ta.cuda.current_device() == 0 and ta.accelerator.current_device_index() == 0
+        assert ta.accelerator.current_accelerator() == ta.device("cuda")
+        assert ta.cuda.empty_cache() is None and ta.cuda.is_bf16_supported() is False
+        ta.cuda.set_device(0)
+        ta.manual_seed(3)
+        expected = ta.rand(3, device="cuda").cpu().tolist()
+        ta.cuda.manual_seed_all(3)  # reseeds the default generator, GPU streams included
+        assert ta.rand(3, device="cuda").cpu().tolist() == expected
+        with pytest.raises(NotImplementedError, match="autocast"):
+            ta.autocast("cuda")
+        with pytest.raises(NotImplementedError, match="loss scaling"):
+            ta.amp.GradScaler()
+        with ta.autocast("cuda", enabled=False):
+            pass
+    finally:
+        ta.backend._install_array_module(previous)
+
+
 # ----------------------------------------------------------------------------- backends
 def test_backend_flags_are_recorded():
     torch = pytest.importorskip("torch")

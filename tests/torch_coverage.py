@@ -17,6 +17,7 @@ imported), so run this script as a command, not from inside another program.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import pathlib
 import sys
@@ -364,9 +365,12 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         problems = [f"{label}: {len(names)} torch names in no group and not in GAPS: "
                     f"{' '.join(names)}" for label, names in unassigned.items()]
-        if not PAGE.exists() or PAGE.read_text() != text:
+        old = PAGE.read_text() if PAGE.exists() else ""
+        if old != text:
+            changed = [line[:160] for line in difflib.unified_diff(
+                old.splitlines(), text.splitlines(), "committed", "now", n=0, lineterm="")]
             problems.append(f"{PAGE.relative_to(ROOT)} is not what the script generates now; "
-                            "run: python tests/torch_coverage.py")
+                            "run: python tests/torch_coverage.py\n" + "\n".join(changed[:12]))
         print("\n".join(problems) or "torch coverage: every name placed, page current")
         return 1 if problems else 0
     PAGE.write_text(text)
