@@ -200,7 +200,20 @@ class _BigAllocations:
     # AdamW: one fused ta.functional.adamw_update_ call per parameter, which runs through a
     # block-sized scratch buffer: no parameter-sized Storage
     (lambda ps: optim.AdamW(ps, lr=0.1, weight_decay=0.1), 2, 0),
-], ids=["sgd", "sgd-wd", "sgd-momentum", "sgd-nesterov", "adamw"])
+    (lambda ps: optim.Adam(ps, lr=0.1), 2, 0),
+    # the rest: the temporaries their docstrings count (the gradient read is one of them
+    # when maximize or a coupled weight decay is set)
+    (lambda ps: optim.Adam(ps, lr=0.1, weight_decay=0.1), 2, 1),
+    (lambda ps: optim.AdamW(ps, lr=0.1, amsgrad=True), 3, 6),
+    (lambda ps: optim.Adadelta(ps, weight_decay=0.1, maximize=True), 2, 7),
+    (lambda ps: optim.RMSprop(ps, centered=True), 2, 6),
+    (lambda ps: optim.RMSprop(ps, momentum=0.9), 2, 3),
+    (lambda ps: optim.Adagrad(ps), 1, 3),
+    (lambda ps: optim.NAdam(ps), 2, 6),
+    (lambda ps: optim.Adamax(ps, maximize=True), 2, 5),
+], ids=["sgd", "sgd-wd", "sgd-momentum", "sgd-nesterov", "adamw", "adam", "adam-wd",
+        "amsgrad", "adadelta", "rmsprop-centered", "rmsprop-momentum", "adagrad", "nadam",
+        "adamax"])
 def test_steps_after_the_first_allocate_no_parameter_sized_storage(make, state_buffers,
                                                                    temporaries):
     """Per parameter and step (after the first): `temporaries` parameter-sized Storages,

@@ -11,15 +11,21 @@ Per parameter and step, beyond that:
 - maximize, or Adam's (coupled) weight_decay: one parameter-sized temporary, the gradient
   the update reads (-g, g + wd * p), freed within the step.
 - amsgrad: a chain of engine ops (grad - m, grad * grad, max(v_max, v), sqrt(v_max),
-  / sqrt(1 - beta2^t), m / denom): six temporaries, freed within the step, and a third state
-  buffer, "max_exp_avg_sq".
+  / sqrt(1 - beta2^t), m / denom): six temporaries more, freed within the step, and a third
+  state buffer, "max_exp_avg_sq".
 """
 
 from __future__ import annotations
 
 import tinygrad_attn as ta
 
-from .optimizer import Optimizer, check_betas, check_implementation_flags, check_nonnegative
+from .optimizer import (
+    Optimizer,
+    check_betas,
+    check_implementation_flags,
+    check_nonnegative,
+    read_grad,
+)
 
 
 class Adam(Optimizer):
@@ -68,9 +74,7 @@ class Adam(Optimizer):
                 state["exp_avg_sq"] = self._new_buffer(p)
                 if group["amsgrad"]:
                     state["max_exp_avg_sq"] = self._new_buffer(p)
-            grad = -p.grad if group["maximize"] else p.grad
-            if wd != 0 and not decoupled:
-                grad = grad.add(p, alpha=wd)
+            grad = read_grad(p, group["maximize"], 0.0 if decoupled else wd)
             if group["amsgrad"]:
                 state["step"] += 1
                 self._amsgrad_update(p, grad, state, lr, beta1, beta2, eps,

@@ -1,10 +1,10 @@
 """NAdam, RAdam and Adamax: torch.optim's Adam variants as chains of in-place engine ops.
 
 Per parameter and step: a few parameter-sized temporaries, freed within the step (s = 1
-each for maximize and coupled weight_decay when set): NAdam 6 + s, RAdam 6 + s (3 + s
-while the variance is not yet tractable), Adamax 5 + s. State: "step", "exp_avg" and
-"exp_avg_sq" (Adamax: "exp_inf"; NAdam also "mu_product", a number here, a float32 0-d
-tensor in torch and in state_dict()).
+when maximize or coupled weight_decay is set: the gradient the rule reads): NAdam 6 + s,
+RAdam 8 + s (4 + s while the variance is not yet tractable, rho_t <= 5), Adamax 4 + s.
+State: "step", "exp_avg" and "exp_avg_sq" (Adamax: "exp_inf"; NAdam also "mu_product", a
+number here, a float32 0-d tensor in torch and in state_dict()).
 """
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ import struct
 
 import tinygrad_attn as ta
 
-from .optimizer import Optimizer, check_betas, check_implementation_flags, check_nonnegative
+from .optimizer import (
+    Optimizer,
+    check_betas,
+    check_implementation_flags,
+    check_nonnegative,
+    read_grad,
+)
 
 
 def _float32(x: float) -> float:
@@ -23,14 +29,10 @@ def _float32(x: float) -> float:
 
 def _read_grad(p, group, decoupled: bool):
     """-g when maximizing; coupled weight decay adds wd * p, decoupled scales p itself."""
-    grad = -p.grad if group["maximize"] else p.grad
     wd = group["weight_decay"]
-    if wd != 0:
-        if decoupled:
-            p.mul_(1 - group["lr"] * wd)
-        else:
-            grad = grad.add(p, alpha=wd)
-    return grad
+    if wd != 0 and decoupled:
+        p.mul_(1 - group["lr"] * wd)
+    return read_grad(p, group["maximize"], 0.0 if decoupled else wd)
 
 
 def _adam_checks(name, lr, betas, eps, weight_decay, foreach, differentiable, capturable):

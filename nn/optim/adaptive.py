@@ -3,9 +3,10 @@ ops on the parameter and its state buffers.
 
 Per parameter and step (beyond the state, made on the first step): a few parameter-sized
 temporaries, each freed within the step; the engine has no fused kernel for these
-updates. Counted with s = 1 for maximize and 1 for (coupled) weight_decay, each when set:
-- Adadelta: 5 + s (g * g, square_avg + eps, acc_delta + eps, delta, delta * delta, sqrt
-  in place); state "square_avg", "acc_delta".
+updates. Counted with s = 1 when maximize or weight_decay is set (the gradient the rule
+reads, -g + wd * p, in one temporary), else 0:
+- Adadelta: 6 + s (g * g, acc_delta + eps and its sqrt, square_avg + eps and its sqrt,
+  delta * delta); state "square_avg", "acc_delta".
 - RMSprop: 3 + s (g * g, sqrt(square_avg), the update g / avg); centered adds 3 (the lerp's
   difference, grad_avg^2 and the difference); state "square_avg" (+ "grad_avg" when centered,
   "momentum_buffer" when momentum > 0).
@@ -15,15 +16,12 @@ updates. Counted with s = 1 for maximize and 1 for (coupled) weight_decay, each 
 
 from __future__ import annotations
 
-from .optimizer import Optimizer, check_implementation_flags, check_nonnegative
+from .optimizer import Optimizer, check_implementation_flags, check_nonnegative, read_grad
 
 
 def _effective_grad(p, group):
     """The gradient the rule reads: -g when maximizing, plus wd * p for weight decay."""
-    grad = -p.grad if group["maximize"] else p.grad
-    if group["weight_decay"] != 0:
-        grad = grad.add(p, alpha=group["weight_decay"])
-    return grad
+    return read_grad(p, group["maximize"], group["weight_decay"])
 
 
 class Adadelta(Optimizer):

@@ -82,6 +82,17 @@ def check_nonnegative(**values) -> None:
             raise ValueError(f"Invalid {words.get(name, name + ' value')}: {value}")
 
 
+def read_grad(p, maximize: bool, weight_decay: float = 0.0):
+    """The gradient an update rule reads: p.grad itself, or one parameter-sized temporary
+    holding -g (maximize) and + wd * p (torch's coupled weight decay, added in place)."""
+    grad = -p.grad if maximize else p.grad
+    if weight_decay != 0:
+        if grad is p.grad:
+            grad = grad.clone()
+        grad.add_(p, alpha=weight_decay)
+    return grad
+
+
 class Optimizer:
     """Param groups, per-parameter state, zero_grad, step hooks and state_dict.
 
