@@ -178,6 +178,8 @@ def test_cuda_without_a_gpu_behaves_as_torchs():
         assert lib.cuda.is_bf16_supported() is False
         assert lib.cuda.empty_cache() is None
         assert lib.cuda.manual_seed(1) is None and lib.cuda.manual_seed_all(1) is None
+        assert lib.cuda.memory_allocated() == lib.cuda.max_memory_allocated() == 0
+        assert lib.cuda.memory_reserved() == 0
         with pytest.raises(AssertionError):
             lib.cuda.current_device()
         with pytest.raises(AssertionError):
@@ -206,6 +208,14 @@ def test_cuda_accelerator_and_amp_with_a_gpu(monkeypatch):
         assert ta.accelerator.current_accelerator() == ta.device("cuda")
         assert ta.cuda.empty_cache() is None and ta.cuda.is_bf16_supported() is False
         ta.cuda.set_device(0)
+        ta.cuda.reset_peak_memory_stats()
+        before = ta.cuda.memory_allocated()
+        x = ta.zeros(256, device="cuda")
+        assert ta.cuda.memory_allocated() - before == 256 * 4
+        del x
+        assert ta.cuda.max_memory_allocated() - before == 256 * 4
+        assert ta.cuda.memory_allocated() == before
+        assert ta.cuda.memory_reserved() >= 0
         ta.manual_seed(3)
         expected = ta.rand(3, device="cuda").cpu().tolist()
         ta.cuda.manual_seed_all(3)  # reseeds the default generator, GPU streams included

@@ -9,6 +9,7 @@ timing code runs on both.
 
 from .. import backend
 from .. import creation as _creation
+from ..memory import state as _ledger
 from . import amp  # noqa: F401 - ta.cuda.amp.autocast / GradScaler
 
 
@@ -77,3 +78,39 @@ def empty_cache() -> None:
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """False: the engine has no bfloat16 on any device."""
     return False
+
+
+def _gpu(device) -> str | None:
+    """The canonical "cuda:N" for a torch.cuda device argument, None without a GPU."""
+    if not is_available():
+        return None
+    if device is None:
+        return backend.canonical_device("cuda")
+    return backend.canonical_device(f"cuda:{device}" if isinstance(device, int) else device)
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes held by live tensors on the GPU, from the engine's ledger (0 without a GPU, as
+    torch). The ledger counts tensors' storages, as torch counts its allocator's blocks, so
+    the two differ by the allocator's rounding."""
+    gpu = _gpu(device)
+    return 0 if gpu is None else _ledger.live_bytes.get(gpu, 0)
+
+
+def max_memory_allocated(device=None) -> int:
+    """The high-water mark of memory_allocated since the start or reset_peak_memory_stats."""
+    gpu = _gpu(device)
+    return 0 if gpu is None else _ledger.peak_bytes.get(gpu, 0)
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    gpu = _gpu(device)
+    if gpu is not None:
+        with _ledger.lock:
+            _ledger.peak_bytes[gpu] = _ledger.live_bytes.get(gpu, 0)
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes CuPy's memory pool holds from the GPU (0 without a GPU)."""
+    gpu = _gpu(device)
+    return 0 if gpu is None else int(backend.reserved_bytes(gpu) or 0)
