@@ -25,7 +25,8 @@ E, NH, L, S, N = 8, 2, 5, 6, 3
 
 # torch's own advice on its side of the comparison (mixed mask kinds, nested tensors)
 pytestmark = [pytest.mark.filterwarnings("ignore:Support for mismatched"),
-              pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")]
+              pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"),
+              pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")]
 
 
 @pytest.fixture(scope="module")
@@ -371,3 +372,21 @@ def test_mha_self_attention_merges_heads_without_a_copy(batch_first):
     # once), its output (2 * 10 * 16) and a logsumexp per query row (2 * 4 * 10) in
     # float32: never the (10 x 10) weights of each head
     assert saved["ScaledDotProductAttention"]["unique_bytes"] == (960 + 320 + 80) * 4
+
+
+def test_padded_positions_are_computed_where_torchs_nested_path_gives_zeros(torch):
+    torch.manual_seed(0)
+    t_enc = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(E, NH, batch_first=True, **LAYER), 2).double().eval()
+    o_enc = TransformerEncoder(TransformerEncoderLayer(E, NH, batch_first=True, **LAYER),
+                               2).double().eval()
+    o_enc.load_state_dict({k: v.detach().numpy() for k, v in t_enc.state_dict().items()})
+    src = _data(N, L, E)
+    pad = np.zeros((N, L), dtype=bool)
+    pad[1, -2:] = True
+    with torch.no_grad():
+        want = t_enc(torch.tensor(src), src_key_padding_mask=torch.tensor(pad)).numpy()
+    with ta.no_grad():
+        got = o_enc(ta.tensor(src), src_key_padding_mask=ta.tensor(pad)).numpy()
+    np.testing.assert_allclose(got[~pad], want[~pad], atol=1e-10)
+    assert not want[pad].any() and np.abs(got[pad]).min() > 0
