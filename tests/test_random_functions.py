@@ -307,3 +307,24 @@ def test_fill_on_float16_and_a_non_contiguous_target():
     x.normal_(generator=_gen())
     assert x.dtype is ta.float16 and x.shape == (3, 4)
     assert len(set(x.flatten().tolist())) > 6
+
+
+# ----------------------------------------------------------------------------- devices
+def test_samplers_on_the_gpu_paths(gpu_device):
+    """Every sampler but poisson on the CuPy code paths (the fake CuPy where no GPU)."""
+    dev = gpu_device
+    assert ta.rand(3, device=dev).device.startswith("cuda")
+    assert randint(2, 5, (50,), device=dev).cpu().min().item() >= 2
+    assert sorted(randperm(7, device=dev).cpu().tolist()) == list(range(7))
+    w = ta.tensor([[0.0, 1.0, 3.0], [2.0, 0.0, 0.0]], device=dev)
+    assert ta.multinomial(w, 4, replacement=True).cpu().tolist()[1] == [0] * 4
+    assert sorted(ta.multinomial(w, 3).cpu().tolist()[0]) == [0, 1, 2]
+    x = ta.zeros(2, 3, device=dev)
+    for fill, args in (("uniform_", (1.0, 2.0)), ("normal_", ()), ("exponential_", ()),
+                       ("geometric_", (0.5,)), ("cauchy_", ()), ("log_normal_", ()),
+                       ("bernoulli_", (0.5,)), ("random_", (0, 4))):
+        assert getattr(x, fill)(*args) is x and x.device.startswith("cuda")
+    assert ta.normal(x, 0.0).cpu().tolist() == x.cpu().tolist()
+    assert ta.bernoulli(ta.ones(4, device=dev)).cpu().tolist() == [1.0] * 4
+    with pytest.raises(RuntimeError, match="device type for generator"):
+        ta.rand(2, device=dev, generator=ta.Generator("cpu"))

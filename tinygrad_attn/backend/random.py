@@ -10,6 +10,7 @@ stream per device.
 from __future__ import annotations
 
 import copy
+import math
 import os
 
 import numpy as np
@@ -111,24 +112,30 @@ class Generator:
                                           endpoint=True).astype(dtype.np)
 
     def permutation(self, n: int, dtype: DType, device: str):
-        return self._rng(device).permutation(n).astype(dtype.np)
+        """A uniform permutation of 0 .. n-1: the order that sorts n uniform keys."""
+        keys = self._rng(device).random(n)
+        return devices.xp_for(device).argsort(keys, kind="stable").astype(dtype.np)
 
     def exponential(self, shape, dtype: DType, device: str, lambd=1.0):
         """Exp(lambd): -log(1 - U) / lambd."""
-        u = self._floats(self._rng(device).random, shape, dtype).astype(np.float64)
-        return (-np.log1p(-u) / lambd).astype(dtype.np)
+        u = self._rng(device).random(shape)
+        return (-devices.xp_for(device).log1p(-u) / lambd).astype(dtype.np)
 
     def geometric(self, shape, p: float, dtype: DType, device: str):
-        """The number of Bernoulli(p) trials up to the first success (1, 2, ...)."""
-        return self._rng(device).geometric(p, size=shape).astype(dtype.np)
+        """The number of Bernoulli(p) trials up to the first success (1, 2, ...):
+        floor(log(1 - U) / log(1 - p)) + 1."""
+        xp = devices.xp_for(device)
+        u = self._rng(device).random(shape)
+        return (xp.floor(xp.log1p(-u) / math.log1p(-p)) + 1).astype(dtype.np)
 
     def cauchy(self, shape, dtype: DType, device: str, median=0.0, sigma=1.0):
         """median + sigma * tan(pi * (U - 1/2))."""
         u = self._rng(device).random(shape)
-        return (median + sigma * np.tan(np.pi * (u - 0.5))).astype(dtype.np)
+        return (median + sigma * devices.xp_for(device).tan(math.pi * (u - 0.5))).astype(
+            dtype.np)
 
     def poisson(self, rates, device: str):
-        """One Poisson draw per rate, in the rates' dtype."""
+        """One Poisson(rate) draw per rate, in the rates' dtype."""
         return self._rng(device).poisson(rates).astype(rates.dtype)
 
     def bernoulli(self, p, shape, dtype: DType, device: str):
@@ -144,21 +151,23 @@ class Generator:
         categories one after another in proportion to the weights left (categories of
         weight 0 come last, in index order).
         """
-        rng = self._rng(device)
+        xp, rng = devices.xp_for(device), self._rng(device)
         w = weights.astype(np.float64)
-        rows = w.shape[0]
+        rows, k = w.shape
         if replacement:
-            cdf = np.cumsum(w, axis=1)
+            cdf = xp.cumsum(w, axis=1)
             u = rng.random((rows, n)) * cdf[:, -1:]
-            out = np.empty((rows, n), dtype=np.int64)
+            out = xp.empty((rows, n), dtype=np.int64)
             for r in range(rows):
-                out[r] = np.searchsorted(cdf[r], u[r], side="right")
-            # a draw at the very top lands past the last category of non-zero weight
-            return np.minimum(out, w.shape[1] - 1)
-        e = -np.log1p(-rng.random(w.shape))
-        with np.errstate(divide="ignore"):
-            keys = np.where(w > 0, e / np.where(w > 0, w, 1.0), np.inf)
-        return np.argsort(keys, axis=1, kind="stable")[:, :n].astype(np.int64)
+                out[r] = xp.searchsorted(cdf[r], u[r], side="right")
+            # a draw rounded up to the row's total lands past the end: it belongs to the
+            # last category of non-zero weight
+            last = k - 1 - xp.argmax(w[:, ::-1] > 0, axis=1)
+            return xp.where(out >= k, last[:, None], out)
+        e = -xp.log1p(-rng.random((rows, k)))
+        positive = w > 0
+        keys = xp.where(positive, e / xp.where(positive, w, 1.0), xp.inf)
+        return xp.argsort(keys, axis=1, kind="stable")[:, :n].astype(np.int64)
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> dict:
