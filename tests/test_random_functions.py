@@ -14,7 +14,7 @@ import pytest
 
 import tinygrad_attn as ta
 import tinygrad_attn.random as ta_random
-from tinygrad_attn.creation import normal_of_size, randint, randint_like, randperm
+from tinygrad_attn.creation import randint, randint_like, randperm
 
 # chi-square critical values at the 0.1% level, by degrees of freedom
 CHI2_999 = {3: 16.27, 4: 18.47, 9: 27.88, 11: 31.26, 16: 39.25}
@@ -168,7 +168,7 @@ def test_normal_mean_and_std():
     for sample in (ta.zeros(20000, dtype=ta.float64).normal_(2.0, 3.0, generator=gen),
                    ta.normal(ta.full((20000,), 2.0), 3.0, generator=gen),
                    ta.normal(2.0, ta.full((20000,), 3.0), generator=gen),
-                   normal_of_size(2.0, 3.0, (20000,), generator=gen)):
+                   ta.normal(2.0, 3.0, (20000,), generator=gen)):
         mean, std = _mean_std(sample.tolist())
         _near(mean, 2.0, 3.0)
         assert abs(std - 3.0) < 0.1

@@ -267,8 +267,8 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False,
     return _finish(arr, requires_grad)
 
 
-def normal_of_size(mean: float, std: float, size, *, generator=None, dtype=None, device=None,
-                   requires_grad=False) -> Tensor:
+def _normal_of_size(mean: float, std: float, size, *, generator=None, dtype=None,
+                    device=None, requires_grad=False) -> Tensor:
     """torch.normal(mean, std, size): numbers for mean and std, a new tensor of `size`
     (ta.normal's fourth form; its tensor forms are ops, in ops/random.py)."""
     if std < 0:

@@ -167,6 +167,8 @@ class Generator:
         e = -xp.log1p(-rng.random((rows, k)))
         positive = w > 0
         keys = xp.where(positive, e / xp.where(positive, w, 1.0), xp.inf)
+        if n == 1:  # one draw per row (sampling a token): the smallest key, no sort
+            return xp.argmin(keys, axis=1)[:, None].astype(np.int64)
         return xp.argsort(keys, axis=1, kind="stable")[:, :n].astype(np.int64)
 
     # ------------------------------------------------------------------ state

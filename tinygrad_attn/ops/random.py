@@ -17,7 +17,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
-from ..creation import _generator, normal_of_size
+from ..creation import _generator, _normal_of_size
 from ._util import Tensor, check_same_device, from_array
 from .inplace import _guard, check_internal_overlap, check_partial_overlap
 from .registry import op
@@ -252,7 +252,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, la
         if size is None:
             raise TypeError(f"normal() received an invalid combination of arguments: two "
                             f"numbers ({mean}, {std}) need a size, normal(mean, std, size)")
-        return normal_of_size(float(mean), float(std), size, generator=generator,
+        return _normal_of_size(float(mean), float(std), size, generator=generator,
                               dtype=dtype, device=device, requires_grad=requires_grad)
     if size is not None:
         raise TypeError("normal(): size= is only taken with a number mean and std; with a "
