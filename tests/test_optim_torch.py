@@ -210,3 +210,68 @@ def test_bad_parameter_lists_raise_torchs_errors():
         optim.SGD([{"params": set(p)}])
     with pytest.raises(RuntimeError, match="differentiable=True is not supported"):
         optim.Adam(p, differentiable=True)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop"])
+def test_repr_and_groups_are_torchs(name):
+    torch = pytest.importorskip("torch")
+    ours = getattr(optim, name)([{"params": _ours(_arrays(0))[:1]},
+                                 {"params": _ours(_arrays(1))[1:], "lr": 0.5}], lr=0.25)
+    theirs = getattr(torch.optim, name)([{"params": [torch.zeros(2, requires_grad=True)]},
+                                         {"params": [torch.zeros(3, requires_grad=True)],
+                                          "lr": 0.5}], lr=0.25)
+    assert repr(ours) == repr(theirs)
+    ours.add_param_group({"params": _ours(_arrays(2))[:1], "weight_decay": 0.125})
+    theirs.add_param_group({"params": [torch.zeros(4, requires_grad=True)],
+                            "weight_decay": 0.125})
+    assert repr(ours) == repr(theirs)
+    assert ours.defaults == theirs.defaults
+
+
+def test_step_runs_the_closure_with_grad_and_the_hooks_in_order():
+    w = ta.tensor([1.0, -2.0], dtype=ta.float64, requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    calls = []
+    pre = opt.register_step_pre_hook(lambda o, args, kwargs: calls.append(("pre", o)))
+    opt.register_step_post_hook(lambda o, args, kwargs: calls.append(("post", o)))
+
+    def closure():
+        calls.append(("closure", ta.is_grad_enabled()))
+        opt.zero_grad()
+        loss = (w * w).sum()
+        loss.backward()
+        return loss
+
+    with ta.no_grad():  # the closure still records: step enables grad for it
+        loss = opt.step(closure)
+    assert loss.item() == 5.0
+    assert calls == [("pre", opt), ("closure", True), ("post", opt)]
+    np.testing.assert_allclose(w.detach().numpy(), [0.8, -1.6])  # w - 0.1 * 2w
+    pre.remove()
+    calls.clear()
+    assert opt.step() is None
+    assert [c[0] for c in calls] == ["post"]
+
+
+def test_a_user_optimizer_subclasses_the_base_as_in_torch():
+    class SignSGD(optim.Optimizer):
+        def __init__(self, params, lr=0.01):
+            super().__init__(params, dict(lr=lr))
+
+        def step(self, closure=None):
+            with ta.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            p.sub_(p.grad.sign() * group["lr"])
+                            self.state[p]["steps"] = self.state[p].get("steps", 0) + 1
+
+    w = ta.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    opt = SignSGD([w], lr=0.5)
+    (w * w).sum().backward()
+    opt.step()
+    np.testing.assert_allclose(w.detach().numpy(), [0.5, -1.5, 2.5])
+    assert opt.state_dict()["state"] == {0: {"steps": 1}}
+    scheduler = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    scheduler.step()
+    assert opt.param_groups[0]["lr"] == 0.25 and opt.param_groups[0]["initial_lr"] == 0.5

@@ -123,11 +123,12 @@ class Optimizer:
             self.add_param_group(group)
 
     def __repr__(self) -> str:
-        lines = [f"{type(self).__name__} ("]
-        for i, group in enumerate(self.param_groups):
-            lines.append(f"Parameter Group {i}")
-            lines += [f"    {key}: {group[key]}" for key in sorted(group) if key != "params"]
-        return "\n".join(lines) + "\n)"
+        text = f"{type(self).__name__} ("
+        for i, group in enumerate(self.param_groups):  # groups one blank line apart
+            text += f"\nParameter Group {i}\n"
+            text += "".join(f"    {key}: {group[key]}\n" for key in sorted(group)
+                            if key != "params")
+        return text + ")"
 
     def __getstate__(self) -> dict:
         return {"defaults": self.defaults, "state": self.state,
