@@ -343,7 +343,7 @@ def _node_problem(node) -> str | None:
 def _restore_location(map_location):
     """saved location -> target device, for the map_location forms that name one."""
     if map_location is None or callable(map_location):
-        return lambda saved: saved
+        return lambda saved: backend.canonical_device(saved, "the saved device")
     if isinstance(map_location, dict):
         return lambda saved: backend.canonical_device(map_location.get(saved, saved),
                                                       "map_location")
