@@ -119,7 +119,8 @@ def _bad_loader_args(data, ds):
             dict(batch_sampler=batches, shuffle=True), dict(batch_sampler=batches,
                                                             drop_last=True),
             dict(batch_size=None, drop_last=True), dict(num_workers=-1), dict(timeout=-1),
-            dict(prefetch_factor=2), dict(persistent_workers=True)]
+            dict(prefetch_factor=2), dict(persistent_workers=True),
+            dict(multiprocessing_context="fork")]
 
 
 def test_loader_argument_errors_are_torchs():
@@ -319,3 +320,16 @@ def test_each_worker_has_torchs_seed_and_its_own_streams():
     again = list(tdata.DataLoader(Seeds(), batch_size=None, num_workers=2,
                                   generator=ta.Generator().manual_seed(9)))
     assert again == samples
+
+
+def test_persistent_workers_keep_their_streams_across_epochs():
+    def epochs(persistent):
+        loader = tdata.DataLoader(Seeds(), batch_size=None, num_workers=2,
+                                  persistent_workers=persistent,
+                                  generator=ta.Generator().manual_seed(2))
+        return [[s["ta"] for s in loader] for _ in range(2)]
+
+    kept, fresh = epochs(True), epochs(False)
+    assert kept[0] == fresh[0]
+    assert kept[1] != kept[0]  # the same workers went on drawing
+    assert len(set(kept[1]) & set(fresh[1])) == 0  # reseeded workers drew anew

@@ -188,6 +188,9 @@ class DataLoader:
             prefetch_factor = 2
         elif prefetch_factor is not None and prefetch_factor < 0:
             raise ValueError("prefetch_factor option should be non-negative")
+        if multiprocessing_context is not None and num_workers == 0:
+            raise ValueError("multiprocessing_context can only be used with multi-process "
+                             "loading (num_workers > 0), but got num_workers=0")
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
         iterable = isinstance(dataset, IterableDataset)
