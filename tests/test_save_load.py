@@ -213,7 +213,7 @@ REFUSED = [
     ({"n": np.int64(3)}, r'checkpoint\["n"\] is a numpy\.int64; store \.item\(\)'),
     ({"ids": {1, 2}}, r'checkpoint\["ids"\] is a set; store it as a list'),
     ({"raw": b"\x00"}, r'checkpoint\["raw"\] is a bytes; store it as a str'),
-    ({"obj": object()}, r'checkpoint\["obj"\] is a object'),
+    ({"obj": object()}, r'checkpoint\["obj"\] is an object'),
     ({"m": nn.Linear(2, 2)}, r'checkpoint\["m"\] is a nn\.layers\.Linear; store its state'),
     ({"dd": collections.defaultdict(int)}, r"is a collections\.defaultdict; convert it with "
                                            r"dict"),

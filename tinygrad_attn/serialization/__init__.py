@@ -89,7 +89,7 @@ def _refusal(obj) -> str:
         hint = "; store its state_dict()"
     elif callable(obj):
         return f"a callable {name}"
-    return f"a {name}{hint}"
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}{hint}"
 
 
 class _Flattener:
