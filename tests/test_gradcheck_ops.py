@@ -985,6 +985,27 @@ def test_op_on_device(gpu_device, case, monkeypatch):
     fn(**kwargs)
 
 
+# ----------------------------------------------------------------------------- torch's forms
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_mm_bmm_t(layout):
+    check(lambda a, b: ta.mm(a, b.t()), [((3, 4), layout, "real"), ((2, 4), layout, "real")])
+    check(lambda a, b: a.bmm(b), [((2, 3, 4), layout, "real"), _c((2, 4, 2))])
+    check(lambda x: x.t() * 2 + ta.t(x[0]).sum(), [((3, 4), layout, "real")])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_aminmax(layout):
+    check(lambda x: ta.aminmax(x, dim=1).min * 2 + x.aminmax(dim=0, keepdim=True).max.sum(),
+          [((3, 4), layout, "real")])
+    check(lambda x: ta.aminmax(x).max - x.aminmax().min, [((3, 4), layout, "real")])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_named_tuple_fields_carry_the_gradient(layout):
+    check(lambda x: x.max(dim=1).values + x.min(1, keepdim=True).values.sum()
+          + ta.sort(x, 0).values[0].sum() + x.topk(2).values.sum(), [((3, 4), layout, "real")])
+
+
 # ----------------------------------------------------------------------------- coverage
 # Read by tests/test_registry.py: every differentiable public op needs a row here. A table
 # row counts for the public name its key starts with (`clamp_min` is a clamp row, `add_` an
@@ -1002,6 +1023,7 @@ TESTS_OF = {
     "checkpoint": test_checkpoint, "bias_gelu": test_bias_gelu,
     "nll_loss": test_losses_with_classes_and_weights,
     "binary_cross_entropy": test_losses_with_classes_and_weights,
+    "mm": test_mm_bmm_t, "bmm": test_mm_bmm_t, "t": test_mm_bmm_t, "aminmax": test_aminmax,
 }
 TABLES = (UNARY, BINARY, VIEW_OPS, EXPAND_OPS, SQUEEZE_OPS, COPY_OPS, INPLACE)
 COVERED = {key for table in TABLES for key in table} | set(TESTS_OF)

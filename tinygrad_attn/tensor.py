@@ -64,8 +64,15 @@ class Tensor:
             return self._shape
         return self._shape[shp.normalize_dim(dim, self.ndim, "size")]
 
-    def numel(self) -> int:
+    def nelement(self) -> int:
         return shp.numel(self._shape)
+
+    def ndimension(self) -> int:
+        return len(self._shape)
+
+    def get_device(self) -> int:
+        """-1 on the CPU, the GPU's index on a GPU (torch's convention)."""
+        return -1 if self.device == "cpu" else int(self.device.partition(":")[2] or 0)
 
     def stride(self, dim: int | None = None):
         if dim is None:
@@ -102,9 +109,6 @@ class Tensor:
     def nbytes(self) -> int:
         return self.numel() * self.dtype.itemsize
 
-    def is_floating_point(self) -> bool:
-        return self.dtype.is_floating_point
-
     @property
     def grad(self) -> Tensor | None:
         """The accumulated gradient (None until a backward reaches this tensor)."""
@@ -129,6 +133,10 @@ class Tensor:
     @property
     def is_cuda(self) -> bool:
         return self.device != "cpu"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device == "cpu"
 
     @property
     def _version(self) -> int:
@@ -213,6 +221,13 @@ class Tensor:
             raise TypeError("only one-element integer tensors can be used as an index")
         return int(self.item())
 
+    def __format__(self, spec: str) -> str:
+        """f"{loss:.4f}" formats a 0-d tensor's number, as torch's; another tensor takes only
+        the empty spec (its repr)."""
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        return object.__format__(self, spec)
+
     def __repr__(self) -> str:
         arr = backend.to_host(self._array())
         body = repr(arr)
@@ -229,6 +244,20 @@ class Tensor:
             extra.append("requires_grad=True")
         body = body.replace("\n", "\n ")
         return "tensor(" + ", ".join([body] + extra) + ")"
+
+    # ------------------------------------------------------------------ new tensors like this
+    # torch's new_* factories: this tensor's dtype and device unless given (new_empty: zeros)
+    def new_zeros(self, *size, **kw): return _new_full(self, "new_zeros", size, 0, **kw)
+    def new_ones(self, *size, **kw): return _new_full(self, "new_ones", size, 1, **kw)
+    def new_empty(self, *size, **kw): return _new_full(self, "new_empty", size, 0, **kw)
+    def new_full(self, size, fill_value, **kw):
+        return _new_full(self, "new_full", (size,), fill_value, **kw)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """A copy of `data` as a new leaf, in this tensor's dtype and device by default."""
+        return Tensor(data, dtype=self.dtype if dtype is None else dtype,
+                      device=self.device if device is None else device,
+                      requires_grad=requires_grad)
 
     # ------------------------------------------------------------------ copy and pickle
     def __deepcopy__(self, memo) -> Tensor:
@@ -369,23 +398,25 @@ class Tensor:
     # An op's method is its registered function itself (`@op(Exp, method=True)` in
     # ops/elementwise.py makes x.exp() call ops.exp(x)), attached at the bottom of this
     # file. Written out here are only the methods whose signature is not the function's.
-    def eq(self, other): return _ops.compare(self, other, "eq")
-    def ne(self, other): return _ops.compare(self, other, "ne")
-    def lt(self, other): return _ops.compare(self, other, "lt")
-    def le(self, other): return _ops.compare(self, other, "le")
-    def gt(self, other): return _ops.compare(self, other, "gt")
-    def ge(self, other): return _ops.compare(self, other, "ge")
     def where(self, condition, other): return _ops.where(condition, self, other)
 
-    def view(self, *shape): return _ops.view(self, _shape_arg(shape))
+    # torch's varargs forms: x.view(2, 3), x.view((2, 3)) and its keyword: x.view(size=...)
+    def view(self, *shape, **kw): return _ops.view(self, _sizes("view", shape, kw, "size"))
     def view_as(self, other): return _ops.view(self, other.shape)
-    def reshape(self, *shape): return _ops.reshape(self, _shape_arg(shape))
+    def reshape(self, *shape, **kw):
+        return _ops.reshape(self, _sizes("reshape", shape, kw, "shape"))
     def reshape_as(self, other): return _ops.reshape(self, other.shape)
-    def permute(self, *dims): return _ops.permute(self, _shape_arg(dims))
-    def expand(self, *shape):
-        if not shape:  # torch: the sizes are required (expand(()) is the 0-d form)
+    def permute(self, *dims, **kw): return _ops.permute(self, _sizes("permute", dims, kw, "dims"))
+    def flip(self, *dims, **kw): return _ops.flip(self, _sizes("flip", dims, kw, "dims"))
+    def tile(self, *dims, **kw): return _ops.tile(self, _sizes("tile", dims, kw, "dims"))
+    def squeeze(self, *dim, **kw):  # x.squeeze(), (0), (0, 1), ((0, 1)), (dim=(0, 1))
+        if kw:
+            return _ops.squeeze(self, _sizes("squeeze", dim, kw, "dim", as_shape=False))
+        return _ops.squeeze(self, *dim) if len(dim) <= 1 else _ops.squeeze(self, dim)
+    def expand(self, *shape, **kw):
+        if not shape and not kw:  # torch: the sizes are required (expand(()) is the 0-d form)
             raise TypeError('expand() missing 1 required positional argument: "size"')
-        return _ops.expand(self, _shape_arg(shape))
+        return _ops.expand(self, _sizes("expand", shape, kw, "size"))
     def expand_as(self, other): return _ops.expand(self, other.shape)
 
     def cpu(self): return _ops.to(self, "cpu")
@@ -397,7 +428,18 @@ class Tensor:
     def long(self): return _ops.to(self, backend.int64)
     def int(self): return _ops.to(self, backend.int32)
     def bool(self): return _ops.to(self, backend.bool_)
+    def byte(self): return _ops.to(self, backend.uint8)
+    def char(self): return _ops.to(self, backend.int8)
+    def short(self): return _ops.to(self, backend.int16)
     def type_as(self, other): return _ops.to(self, other.dtype)
+    def type(self, dtype=None, non_blocking=False):
+        """x.type(): torch's type string ('torch.FloatTensor', what scripts compare against);
+        x.type(dtype) or x.type('torch.DoubleTensor'): x.to(dtype)."""
+        if dtype is None:
+            return _type_string(self)
+        if isinstance(dtype, str) and dtype.endswith("Tensor"):
+            dtype = _dtype_of_type_string(dtype)
+        return _ops.to(self, dtype)
 
     # in place: one registered function, `inplace`, with the kind of write
     def add_(self, other, alpha=1): return _ops.inplace(self, "add", other, alpha)
@@ -440,6 +482,51 @@ def _shape_arg(args) -> tuple:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         return tuple(args[0])
     return tuple(args)
+
+
+def _sizes(method: str, args: tuple, kw: dict, key: str, as_shape: bool = True):
+    """The sizes or dims of a varargs method, given as torch takes them: x.view(2, 3),
+    x.view((2, 3)) or x.view(size=(2, 3)) (the keyword is torch's name for it)."""
+    if kw:
+        if args or set(kw) != {key}:
+            raise TypeError(f"{method}() got unexpected arguments {sorted(kw)}; it takes "
+                            f"the {key} as positional ints, one sequence or {key}=...")
+        return _shape_arg((kw[key],)) if as_shape else kw[key]
+    return _shape_arg(args)
+
+
+# x.type(): torch's legacy type names, by dtype
+_TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+               "int64": "LongTensor", "int32": "IntTensor", "int16": "ShortTensor",
+               "int8": "CharTensor", "uint8": "ByteTensor", "bool": "BoolTensor"}
+
+
+def _type_string(t: Tensor) -> str:
+    return ("torch." if t.device == "cpu" else "torch.cuda.") + _TYPE_NAMES[t.dtype.name]
+
+
+def _dtype_of_type_string(name: str) -> DType:
+    short = name.removeprefix("torch.").removeprefix("cuda.")
+    found = [d for d, type_name in _TYPE_NAMES.items() if type_name == short]
+    if not found:
+        raise ValueError(f"type(): invalid type {name!r}; expected a dtype or one of "
+                         f"{sorted('torch.' + n for n in _TYPE_NAMES.values())}")
+    return backend.to_dtype(found[0])
+
+
+def _new_full(t: Tensor, method: str, size: tuple, value, *, dtype=None, device=None,
+              requires_grad: bool = False) -> Tensor:
+    size = _shape_arg(size)
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in size):
+        raise TypeError(f"{method}(): size must be ints, got {size!r}")
+    if any(n < 0 for n in size):
+        raise RuntimeError(f"{method}(): trying to create tensor with negative dimension "
+                           f"(size {list(size)})")
+    dtype = t.dtype if dtype is None else backend.to_dtype(dtype)
+    device = t.device if device is None else backend.canonical_device(device)
+    with backend.on_device(device):
+        out = from_array(backend.xp_for(device).full(size, value, dtype=dtype.np))
+    return out.requires_grad_(True) if requires_grad else out
 
 
 def _init(t: Tensor, storage: Storage, shape, strides, offset, data) -> None:

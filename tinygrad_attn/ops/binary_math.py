@@ -171,7 +171,7 @@ class Lerp(Function):
 
 
 # ----------------------------------------------------------------------------- entry points
-@op(Atan2, method=("atan2", "arctan2"), ta=True)
+@op(Atan2, method=("atan2", "arctan2"), ta=("atan2", "arctan2"))
 def atan2(x, other): return Atan2.apply(x, other)
 
 @op(Hypot, method=True, ta=True)

@@ -1,4 +1,5 @@
-"""einsum, mapped onto views and one batched matmul per pair of operands."""
+"""einsum, mapped onto views and one batched matmul per pair of operands; and torch's
+mm and bmm, matmul with its operands' ranks checked."""
 
 from __future__ import annotations
 
@@ -149,3 +150,31 @@ def einsum(equation: str, *operands) -> Tensor:
     if sub != out or any(t is o for o in operands):  # never an operand itself: a view, as torch
         t = permute(t, tuple(sub.index(c) for c in out))
     return t
+
+
+def _matrices(name: str, a, b, ndim: int) -> None:
+    """torch's mm and bmm take exactly ndim-d operands with matching inner (and batch) sizes."""
+    kind = "a matrix" if ndim == 2 else "a 3D tensor"
+    for which, t in (("self", a), ("mat2", b)):
+        if type(t) is not Tensor:
+            raise TypeError(f"{name}(): argument '{which}' must be Tensor, not "
+                            f"{type(t).__name__}")
+        if t.ndim != ndim:
+            raise RuntimeError(f"{name}: {which} must be {kind}, got shape {tuple(t.shape)}")
+    if a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+        raise RuntimeError(f"{name}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
+                           "multiplied")
+
+
+@op(Matmul, method=True, ta=True)
+def mm(input, mat2):  # noqa: A002 - torch's argument names
+    """input @ mat2 for two matrices (matmul without broadcasting)."""
+    _matrices("mm", input, mat2, 2)
+    return matmul(input, mat2)
+
+
+@op(Matmul, method=True, ta=True)
+def bmm(input, mat2):  # noqa: A002
+    """A batch of matrix products: (b, n, m) @ (b, m, p) -> (b, n, p), no broadcasting."""
+    _matrices("bmm", input, mat2, 3)
+    return matmul(input, mat2)

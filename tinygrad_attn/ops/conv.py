@@ -150,13 +150,13 @@ def _conv(n, x, weight, bias, stride, padding, dilation, groups):
                       _tuple(dilation, n, "dilation", op_name), int(groups))
 
 
-@op(Conv, functional=True)
+@op(Conv, ta=True, functional=True)
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
     """1-D convolution of (N, C, L) (or (C, L)) input with an (O, C/groups, K) weight."""
     return _conv(1, input, weight, bias, stride, padding, dilation, groups)
 
 
-@op(Conv, functional=True)
+@op(Conv, ta=True, functional=True)
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
     """2-D convolution of (N, C, H, W) (or (C, H, W)) input with an (O, C/groups, kH, kW)
     weight."""
@@ -246,7 +246,7 @@ def _conv_transpose(n, x, weight, bias, stride, padding, output_padding, groups,
         _tuple(dilation, n, "dilation", op_name), int(groups))
 
 
-@op(ConvTranspose, functional=True)
+@op(ConvTranspose, ta=True, functional=True)
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
                      output_padding=0, groups=1, dilation=1):
     """The transposed 1-D convolution (the input-gradient of conv1d) with a
@@ -255,7 +255,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
                            dilation)
 
 
-@op(ConvTranspose, functional=True)
+@op(ConvTranspose, ta=True, functional=True)
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
                      output_padding=0, groups=1, dilation=1):
     """The transposed 2-D convolution (the input-gradient of conv2d) with a

@@ -275,7 +275,7 @@ class Remainder(Function):
         return ga, gb
 
 
-@op(method=True)
+@op(method=True, ta=True)
 def floor_divide(x, other) -> Tensor:
     """x // other, elementwise (not differentiable: its derivative is zero almost everywhere)."""
     A, B, xp, dtype = _binary_arrays("floor_divide", x, other)
@@ -499,7 +499,7 @@ _COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
             "gt": "greater", "ge": "greater_equal"}
 
 
-@op(method=("eq", "ne", "lt", "le", "gt", "ge"))
+@op()  # ta.eq, x.eq, ..., a == b: ops/logical.py names each comparison
 def compare(a, b, how: str) -> Tensor:
     """Elementwise comparison: a bool tensor, never differentiable."""
     A, B, xp, _ = _binary_arrays(how, a, b)
@@ -512,7 +512,7 @@ def logical(a, b, how: str) -> Tensor:
     return _wrap(xp.logical_and(A, B) if how == "and" else xp.logical_or(A, B))
 
 
-@op(method=True)  # also ~a
+@op(method=True, ta=True)  # also ~a
 def bitwise_not(a: Tensor) -> Tensor:
     """Logical not of a bool tensor, bitwise not of an integer one (as torch's)."""
     xp = backend.xp_for(a.device)
@@ -522,16 +522,22 @@ def bitwise_not(a: Tensor) -> Tensor:
 
 # ----------------------------------------------------------------------------- entry points
 
-@op(Add, method=True)
-def add(x, other): return Add.apply(x, other)
+def _times(other, alpha):  # add's and sub's alpha: other * alpha, then the sum
+    if alpha == 1:
+        return other
+    return Mul.apply(other, alpha) if type(other) is Tensor else other * alpha
 
-@op(Sub, method=True)
-def sub(x, other): return Sub.apply(x, other)
+@op(Add, Mul, method=True, ta=True)
+def add(x, other, *, alpha=1): return Add.apply(x, _times(other, alpha))
 
-@op(Mul, method=True)
+@op(Sub, Mul, method=("sub", "subtract"), ta=("sub", "subtract"))
+def sub(x, other, *, alpha=1): return Sub.apply(x, _times(other, alpha))
+
+@op(Mul, method=("mul", "multiply"), ta=("mul", "multiply"))
 def mul(x, other): return Mul.apply(x, other)
 
-@op(Div, DivRounded, method=True)
+@op(Div, DivRounded, method=("div", "divide", "true_divide"),
+    ta=("div", "divide", "true_divide"))
 def div(x, other, *, rounding_mode=None):
     if rounding_mode is None:
         return Div.apply(x, other)
@@ -540,10 +546,10 @@ def div(x, other, *, rounding_mode=None):
                            f"but found {rounding_mode!r}")
     return DivRounded.apply(x, other, rounding_mode)
 
-@op(Pow, method=True)
+@op(Pow, method=True, ta=True)
 def pow(x, exponent): return Pow.apply(x, exponent)  # noqa: A001
 
-@op(Remainder, method=True)
+@op(Remainder, method=True, ta=True)
 def remainder(x, other): return Remainder.apply(x, other)
 
 def _two_tensors(op_name, x, other):
@@ -561,7 +567,7 @@ def minimum(x, other):
     _two_tensors("minimum", x, other)
     return Minimum.apply(x, other)
 
-@op(Neg, method=True)
+@op(Neg, method=("neg", "negative"), ta=("neg", "negative"))
 def neg(x): return Neg.apply(x)
 
 @op(Exp, method=True, ta=True, functional=True)
@@ -573,13 +579,14 @@ def log(x): return Log.apply(x)
 @op(Sqrt, method=True, ta=True, functional=True)
 def sqrt(x): return Sqrt.apply(x)
 
-@op(Rsqrt, method=True, functional=True)
+@op(Rsqrt, method=True, ta=True, functional=True)
 def rsqrt(x): return Rsqrt.apply(x)
 
-@op(Abs, method=True, ta=True)
+@op(Abs, method=("abs", "absolute"), ta=("abs", "absolute"))
 def abs(x): return Abs.apply(x)  # noqa: A001
 
-@op(Clamp, ClampTensor, method=("clamp", "clip"), ta=True, functional=True)
+@op(Clamp, ClampTensor, method=("clamp", "clip"), ta=("clamp", "clip"),
+    functional=True)
 def clamp(x, min=None, max=None):  # noqa: A002
     if type(min) is Tensor or type(max) is Tensor:
         if min is None and max is None:

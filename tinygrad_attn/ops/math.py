@@ -413,13 +413,13 @@ def cos(x): return Cos.apply(x)
 @op(Tan, method=True, ta=True)
 def tan(x): return Tan.apply(x)
 
-@op(Asin, method=("asin", "arcsin"), ta=True)
+@op(Asin, method=("asin", "arcsin"), ta=("asin", "arcsin"))
 def asin(x): return Asin.apply(x)
 
-@op(Acos, method=("acos", "arccos"), ta=True)
+@op(Acos, method=("acos", "arccos"), ta=("acos", "arccos"))
 def acos(x): return Acos.apply(x)
 
-@op(Atan, method=("atan", "arctan"), ta=True)
+@op(Atan, method=("atan", "arctan"), ta=("atan", "arctan"))
 def atan(x): return Atan.apply(x)
 
 @op(Sinh, method=True, ta=True)
@@ -428,13 +428,13 @@ def sinh(x): return Sinh.apply(x)
 @op(Cosh, method=True, ta=True)
 def cosh(x): return Cosh.apply(x)
 
-@op(Asinh, method=("asinh", "arcsinh"), ta=True)
+@op(Asinh, method=("asinh", "arcsinh"), ta=("asinh", "arcsinh"))
 def asinh(x): return Asinh.apply(x)
 
-@op(Acosh, method=("acosh", "arccosh"), ta=True)
+@op(Acosh, method=("acosh", "arccosh"), ta=("acosh", "arccosh"))
 def acosh(x): return Acosh.apply(x)
 
-@op(Atanh, method=("atanh", "arctanh"), ta=True)
+@op(Atanh, method=("atanh", "arctanh"), ta=("atanh", "arctanh"))
 def atanh(x): return Atanh.apply(x)
 
 @op(Erf, method=True, ta=True)

@@ -82,7 +82,7 @@ def view(x: Tensor, shape) -> Tensor:
     return View.apply(x, tuple(shape))
 
 
-@op(View, ReshapeCopy, method=("reshape", "reshape_as"))
+@op(View, ReshapeCopy, method=("reshape", "reshape_as"), ta=True)
 def reshape(x: Tensor, shape) -> Tensor:
     """A view when the strides allow it, else a copy (recorded as 'reshape-copy')."""
     new_shape = shp.infer_shape(shape, x.numel(), "reshape")
@@ -140,12 +140,12 @@ def _permute_copy(view: Tensor) -> Tensor:
     return from_array(backend.copy(view._array()), "permute-copy")
 
 
-@op(Permute, method=("permute", "T"))
+@op(Permute, method=("permute", "T"), ta=True)
 def permute(x, dims):
     return Permute.apply(x, tuple(dims))
 
 
-@op(Transpose, method=("transpose", "mT"))
+@op(Transpose, method=("transpose", "mT"), ta=True)
 def transpose(x, dim0, dim1):
     if x.ndim < 2 and dim0 in (0, -1) and dim1 in (0, -1):
         return x
@@ -202,7 +202,7 @@ class Expand(Function):
         return unbroadcast(g, ctx.in_shape)
 
 
-@op(Expand, method=("expand", "expand_as", "broadcast_to"))
+@op(Expand, method=("expand", "expand_as", "broadcast_to"), ta="broadcast_to")
 def expand(x, shape):
     if tuple(shape) == x.shape:
         return x
@@ -243,7 +243,7 @@ class Unsqueeze(Function):
         return g.squeeze(ctx.dim)
 
 
-@op(Squeeze, method=True)
+@op(Squeeze, method=True, ta=True)
 def squeeze(x, dim=None):
     if dim is None:
         dims = tuple(i for i, s in enumerate(x.shape) if s == 1)
@@ -256,12 +256,12 @@ def squeeze(x, dim=None):
     return Squeeze.apply(x, dims)
 
 
-@op(Unsqueeze, method=True)
+@op(Unsqueeze, method=True, ta=True)
 def unsqueeze(x, dim):
     return Unsqueeze.apply(x, dim)
 
 
-@op(View, ReshapeCopy, method=True)
+@op(View, ReshapeCopy, method=True, ta=True)
 def flatten(x, start_dim=0, end_dim=-1):
     if x.ndim == 0:
         return reshape(x, (1,))
@@ -273,7 +273,7 @@ def flatten(x, start_dim=0, end_dim=-1):
     return reshape(x, shape)
 
 
-@op(View, ReshapeCopy, method=True)
+@op(View, ReshapeCopy, method=True, ta=True)
 def unflatten(x, dim, sizes):
     d = shp.normalize_dim(dim, x.ndim, "unflatten")
     sizes = shp.infer_shape(sizes, x.shape[d], "unflatten")
@@ -312,7 +312,7 @@ def getitem(x: Tensor, index):
     return advanced_index(x, resolved)
 
 
-@op(Slice, method=True)
+@op(Slice, method=True, ta=True)
 def narrow(x, dim, start, length):
     d = shp.normalize_dim(dim, x.ndim, "narrow")
     n = x.shape[d]
@@ -410,7 +410,7 @@ def _tiles(shape, indices) -> bool:
     return start == shape[d]
 
 
-@op(MultiSlice, method=True)
+@op(MultiSlice, method=True, ta=True)
 def split(x, split_size_or_sections, dim=0):
     d = shp.normalize_dim(dim, x.ndim, "split")
     size = x.shape[d]
@@ -433,7 +433,7 @@ def split(x, split_size_or_sections, dim=0):
     return MultiSlice.apply(x, tuple(indices))
 
 
-@op(MultiSlice, method=True)
+@op(MultiSlice, method=True, ta=True)
 def chunk(x, chunks, dim=0):
     if chunks <= 0:
         raise ValueError(f"chunk: number of chunks must be positive, got {chunks}")
@@ -442,7 +442,7 @@ def chunk(x, chunks, dim=0):
     return split(x, step, d)
 
 
-@op(MultiSlice, method=True)
+@op(MultiSlice, method=True, ta=True)
 def unbind(x, dim=0):
     d = shp.normalize_dim(dim, x.ndim, "unbind")
     indices = tuple((slice(None),) * d + (i,) for i in range(x.shape[d]))
@@ -497,7 +497,7 @@ def _positions(xp, shape, strides, offset):
     return pos
 
 
-@op(AsStrided, method=True)
+@op(AsStrided, method=True, ta=True)
 def as_strided(x, size, stride, storage_offset=None):
     return AsStrided.apply(x, size, stride, storage_offset)
 
@@ -526,7 +526,7 @@ def contiguous(x):
     return Contiguous.apply(x)
 
 
-@op(Contiguous, method=True)
+@op(Contiguous, method=True, ta=True)
 def clone(x):
     return Contiguous.apply(x, reason="clone")
 
@@ -566,7 +566,7 @@ def _names_dtype(text: str) -> bool:
 
 
 @op(Cast, ToDevice, method=("to", "cpu", "cuda", "float", "double", "half", "long", "int",
-                             "bool", "type_as"))
+                             "bool", "byte", "char", "short", "type", "type_as"))
 def to(x, *args, **kwargs):
     """x.to(device), x.to(dtype), x.to(device, dtype) or x.to(other_tensor)."""
     device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)

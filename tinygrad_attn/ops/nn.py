@@ -102,7 +102,7 @@ def _flat(p):
     return None if p is None else p._array().reshape(-1)
 
 
-@op(LayerNorm, functional=True)
+@op(LayerNorm, ta=True, functional=True)
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)

@@ -95,7 +95,7 @@ def _flat_as(p, dtype):
     return None if p is None else p._array().astype(dtype, copy=False).reshape(-1)
 
 
-@op(RMSNorm, functional=True)
+@op(RMSNorm, ta=True, functional=True)
 def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002 - torch's name
     """RMS normalization over the last len(normalized_shape) dims (eps None: the dtype's
     machine epsilon, as torch)."""
@@ -188,7 +188,7 @@ class GroupNorm(Function):
         return gx, gw, gb
 
 
-@op(GroupNorm, functional=True)
+@op(GroupNorm, ta=True, functional=True)
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A002
     return GroupNorm.apply(input, weight, bias, int(num_groups), eps)
 

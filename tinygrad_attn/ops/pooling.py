@@ -129,14 +129,14 @@ def _max_pool(n, x, kernel_size, stride, padding, dilation, ceil_mode, return_in
                          bool(return_indices))
 
 
-@op(MaxPool, functional=True)
+@op(MaxPool, ta=True, functional=True)
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                ceil_mode=False, return_indices=False):
     return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode,
                      return_indices)
 
 
-@op(MaxPool, functional=True)
+@op(MaxPool, ta=True, functional=True)
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                ceil_mode=False, return_indices=False):
     return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode,
@@ -221,7 +221,7 @@ def _avg_pool(n, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                          bool(count_include_pad), divisor_override)
 
 
-@op(AvgPool, functional=True)
+@op(AvgPool, ta=True, functional=True)
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
                count_include_pad=True):
     return _avg_pool(1, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -285,7 +285,7 @@ class AdaptiveAvgPool(Function):
         return from_array(G)
 
 
-@op(AdaptiveAvgPool, functional=True)
+@op(AdaptiveAvgPool, ta=True, functional=True)
 def adaptive_avg_pool1d(input, output_size):  # noqa: A002
     return AdaptiveAvgPool.apply(input, 1, _tuple_or_none(output_size, 1))
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from .. import backend
+from .. import backend, return_types
 from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
 from ..memory import state as ledger_state
 from ._math_util import wide as _wide
 from ._util import Tensor, check_same_device, from_array, unbroadcast
+from .elementwise import Maximum, Minimum, maximum, minimum
 from .registry import op
 
 
@@ -506,38 +507,40 @@ class MaskedSoftmax(Function):
 
 
 # ----------------------------------------------------------------------------- entry points
-@op(Sum, method=True)
-def sum(x, dim=None, keepdim=False):  # noqa: A001
-    return Sum.apply(x, dim=dim, keepdim=keepdim)
+def _as_dtype(x, dtype):
+    """torch's dtype= of a reduction: the input is cast to it first."""
+    return x if dtype is None else x.to(dtype)
 
 
-@op(Mean, method=True)
-def mean(x, dim=None, keepdim=False):
-    return Mean.apply(x, dim=dim, keepdim=keepdim)
+@op(Sum, method=True, ta=True)
+def sum(x, dim=None, keepdim=False, *, dtype=None):  # noqa: A001
+    return Sum.apply(_as_dtype(x, dtype), dim=dim, keepdim=keepdim)
 
 
-@op(Var, method=True)
-def var(x, dim=None, keepdim=False, correction=1):
-    return Var.apply(x, dim=dim, keepdim=keepdim, correction=correction)
+@op(Mean, method=True, ta=True)
+def mean(x, dim=None, keepdim=False, *, dtype=None):
+    return Mean.apply(_as_dtype(x, dtype), dim=dim, keepdim=keepdim)
 
 
-@op(Std, method=True)
-def std(x, dim=None, keepdim=False, correction=1):
-    return Std.apply(x, dim=dim, keepdim=keepdim, correction=correction)
-
-
-@op(MaxAll, MaxDim, method=True)
-def max(x, dim=None, keepdim=False):  # noqa: A001
+def _max_min(x, dim, keepdim, other, pick: str):
+    """max(x), max(x, dim) (values, indices) as a named tuple, max(x, other) = maximum."""
+    if isinstance(dim, Tensor) or other is not None:  # torch.max(a, b): the elementwise form
+        b = dim if other is None else other
+        return (maximum if pick == "max" else minimum)(x, b)
     if dim is None:
-        return MaxAll.apply(x, pick="max")
-    return MaxDim.apply(x, dim, keepdim=keepdim, pick="max")
+        return MaxAll.apply(x, pick=pick)
+    kind = return_types.max if pick == "max" else return_types.min
+    return kind(*MaxDim.apply(x, dim, keepdim=keepdim, pick=pick))
 
 
-@op(MaxAll, MaxDim, method=True)
-def min(x, dim=None, keepdim=False):  # noqa: A001
-    if dim is None:
-        return MaxAll.apply(x, pick="min")
-    return MaxDim.apply(x, dim, keepdim=keepdim, pick="min")
+@op(MaxAll, MaxDim, Maximum, Minimum, method=True, ta=True)
+def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001
+    return _max_min(x, dim, keepdim, other, "max")
+
+
+@op(MaxAll, MaxDim, Maximum, Minimum, method=True, ta=True)
+def min(x, dim=None, keepdim=False, *, other=None):  # noqa: A001
+    return _max_min(x, dim, keepdim, other, "min")
 
 
 def _arg(x, dim, keepdim, fn):
@@ -549,12 +552,12 @@ def _arg(x, dim, keepdim, fn):
     return from_array(out.astype(xp.int64))
 
 
-@op(method=True)
+@op(method=True, ta=True)
 def argmax(x, dim=None, keepdim=False):
     return _arg(x, dim, keepdim, "argmax")
 
 
-@op(method=True)
+@op(method=True, ta=True)
 def argmin(x, dim=None, keepdim=False):
     return _arg(x, dim, keepdim, "argmin")
 

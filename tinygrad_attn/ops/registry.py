@@ -25,7 +25,7 @@ class Entry:
     fn: Callable
     classes: tuple  # the Function classes it applies (none: not differentiable)
     methods: tuple  # Tensor attributes that run it (written out in tensor.py or attached)
-    ta: bool  # ta.<name>
+    ta: tuple  # the ta.<name> names (the function's own, and aliases torch has: ta.clip)
     functional: bool  # ta.functional.<name> and nn.functional.<name>
 
     @property
@@ -36,7 +36,7 @@ class Entry:
 REGISTRY: dict[str, Entry] = {}
 
 
-def op(*classes: type, method: bool | str | tuple = False, ta: bool = False,
+def op(*classes: type, method: bool | str | tuple = False, ta: bool | str | tuple = False,
        functional: bool = False) -> Callable:
     """Register the decorated function as a public op.
 
@@ -45,8 +45,9 @@ def op(*classes: type, method: bool | str | tuple = False, ta: bool = False,
     method: True for a Tensor method of the function's name, or the method name(s). A
     method whose signature matches the function (self first) is the function itself;
     tensor.py writes out the others (`view(*shape)`) and must call this function.
-    ta, functional: also public as ta.<name>, and as ta.functional.<name> and
-    nn.functional.<name>.
+    ta: True for ta.<name>, or the name(s) it has under ta (("clamp", "clip"): torch's
+    aliases), which must be torch functions of the same signature.
+    functional: also public as ta.functional.<name> and nn.functional.<name>.
     """
     for cls in classes:
         if not (isinstance(cls, type) and issubclass(cls, Function)):
@@ -64,12 +65,17 @@ def op(*classes: type, method: bool | str | tuple = False, ta: bool = False,
         if known is not None and known.fn.__module__ != fn.__module__:
             raise ValueError(f"op: {name!r} is registered twice ({known.fn.__module__} and "
                              f"{fn.__module__})")
-        REGISTRY[name] = Entry(fn, classes, (name,) if methods is None else methods, ta,
-                               functional)
+        if ta is True:
+            ta_names = (name,)
+        elif ta is False:
+            ta_names = ()
+        else:
+            ta_names = (ta,) if isinstance(ta, str) else tuple(ta)
+        REGISTRY[name] = Entry(fn, classes, (name,) if methods is None else methods,
+                               ta_names, functional)
         return fn
 
     return register
-
 
 
 def names(where: str) -> dict[str, Callable]:
@@ -79,6 +85,8 @@ def names(where: str) -> dict[str, Callable]:
         return {e.name: e.fn for e in REGISTRY.values()}
     if where == "method":
         return {m: e.fn for e in REGISTRY.values() for m in e.methods}
-    if where in ("ta", "functional"):
-        return {e.name: e.fn for e in REGISTRY.values() if getattr(e, where)}
+    if where == "ta":
+        return {n: e.fn for e in REGISTRY.values() for n in e.ta}
+    if where == "functional":
+        return {e.name: e.fn for e in REGISTRY.values() if e.functional}
     raise ValueError(f"names: unknown place {where!r}; expected ops, method, ta or functional")

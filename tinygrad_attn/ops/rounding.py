@@ -120,7 +120,7 @@ def floor(x): return Floor.apply(x)
 @op(Ceil, method=True, ta=True)
 def ceil(x): return Ceil.apply(x)
 
-@op(Trunc, method=("trunc", "fix"), ta=True)
+@op(Trunc, method=("trunc", "fix"), ta=("trunc", "fix"))
 def trunc(x): return Trunc.apply(x)
 
 @op(Round, method=True, ta=True)

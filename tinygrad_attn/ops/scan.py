@@ -6,7 +6,7 @@ cumsum/cumprod give int64, as torch's do.
 
 from __future__ import annotations
 
-from .. import backend
+from .. import backend, return_types
 from ..autograd import Function
 from ._axis import as_1d, dim_of, positions, put_along, reverse_cumsum, scan
 from ._util import Tensor, from_array
@@ -161,12 +161,12 @@ def cumprod(x, dim, dtype=None):
 
 @op(CumExtreme, method=True, ta=True)
 def cummax(x, dim):
-    return CumExtreme.apply(x, dim, "cummax")
+    return return_types.cummax(*CumExtreme.apply(x, dim, "cummax"))
 
 
 @op(CumExtreme, method=True, ta=True)
 def cummin(x, dim):
-    return CumExtreme.apply(x, dim, "cummin")
+    return return_types.cummin(*CumExtreme.apply(x, dim, "cummin"))
 
 
 @op(LogCumSumExp, method=True, ta=True)

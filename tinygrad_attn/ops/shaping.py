@@ -334,6 +334,17 @@ def swapdims(x, dim0, dim1):
     return transpose(x, dim0, dim1)
 
 
+@op(Transpose, View, method=True, ta=True)
+def t(input):  # noqa: A002 - torch's argument name
+    """x.t(): the transpose of a matrix; a 0-d or 1-d tensor is returned as it is (a view)."""
+    if input.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
+                           f"{input.ndim}D (shape {tuple(input.shape)})")
+    if input.ndim == 0:
+        return view(input, ())
+    return transpose(input, 0, input.ndim - 1)  # a 1-d tensor: transpose(0, 0), a view
+
+
 class Unfold(Function):
     """y = the windows of `size` every `step` along dim, as a new last dim: a strided view
     (overlapping windows share memory);  gx = the windows' gradients added back, one

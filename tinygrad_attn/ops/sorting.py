@@ -8,7 +8,7 @@ gradient back at those positions, so every one of these ops saves only its indic
 
 from __future__ import annotations
 
-from .. import backend
+from .. import backend, return_types
 from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
@@ -79,7 +79,7 @@ def sort(x, dim=-1, descending=False, stable=False):
     """(values, indices), sorted along dim; always stable (a valid choice for stable=False)."""
     d = dim_of(x, dim, "sort")
     xp = backend.xp_for(x.device)
-    return _take(x, _argsort(xp, as_1d(x._array()), d, descending), d)
+    return return_types.sort(*_take(x, _argsort(xp, as_1d(x._array()), d, descending), d))
 
 
 @op(method=True, ta=True)
@@ -101,7 +101,7 @@ def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
         raise RuntimeError(f"topk: selected index k={k} out of range for dim {d} of size "
                            f"{X.shape[d]} (shape {tuple(x.shape)})")
     idx = _argsort(xp, X, d, descending=largest)
-    return _take(x, idx[(slice(None),) * d + (slice(0, k),)], d)
+    return return_types.topk(*_take(x, idx[(slice(None),) * d + (slice(0, k),)], d))
 
 
 def _nonempty(x: Tensor, X, d: int, op: str) -> None:
@@ -121,7 +121,7 @@ def kthvalue(x, k, dim=-1, keepdim=False):
         raise RuntimeError(f"kthvalue: selected number k={k} out of range for dim {d} of "
                            f"size {X.shape[d]} (shape {tuple(x.shape)})")
     idx = _argsort(xp, X, d, False)[(slice(None),) * d + (slice(k - 1, k),)]
-    return _take(x, idx, d, keepdim)
+    return return_types.kthvalue(*_take(x, idx, d, keepdim))
 
 
 class MedianAll(Function):
@@ -169,7 +169,7 @@ def median(x, dim=None, keepdim=False):
     order = _argsort(xp, X, d, False)
     nans = xp.sum(X != X, axis=d, keepdims=True)
     k = xp.where(nans > 0, n - nans, (n - 1) // 2).astype(xp.int64)
-    return _take(x, xp.take_along_axis(order, k, axis=d), d, keepdim)
+    return return_types.median(*_take(x, xp.take_along_axis(order, k, axis=d), d, keepdim))
 
 
 @op(TakeAlong, method=True, ta=True)
@@ -194,7 +194,7 @@ def mode(x, dim=-1, keepdim=False):
     run_end = xp.flip(scan(xp, xp.minimum, xp.flip(xp.where(ends, pos, n - 1), d), d), d)
     best = xp.argmax(run_end - run_start, axis=d, keepdims=True)  # the first (smallest) run
     last = xp.take_along_axis(run_end, best, axis=d)
-    return _take(x, xp.take_along_axis(order, last, axis=d), d, keepdim)
+    return return_types.mode(*_take(x, xp.take_along_axis(order, last, axis=d), d, keepdim))
 
 
 @op(TakeAlong, ta=True, method=True)

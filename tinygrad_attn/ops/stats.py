@@ -10,12 +10,12 @@ from __future__ import annotations
 import builtins
 import math
 
-from .. import backend
+from .. import backend, return_types
 from .. import shape as shp
 from ..autograd import Function
 from ._math_util import wide
 from ._util import Tensor, from_array
-from .reduce import Mean, Std, Var, _axes, _keep_shape, mean, std, var
+from .reduce import Mean, Std, Var, _axes, _keep_shape, mean
 from .registry import op
 
 
@@ -199,6 +199,14 @@ def amin(x, dim=(), keepdim=False):
     return AMaxMin.apply(x, dim, keepdim, "amin")
 
 
+@op(AMaxMin, method=True, ta=True)
+def aminmax(x, *, dim=None, keepdim=False):
+    """(min, max) over dim, every element when None: amin and amax, as torch's named tuple."""
+    d = () if dim is None else dim
+    return return_types.aminmax(AMaxMin.apply(x, d, keepdim, "amin"),
+                                AMaxMin.apply(x, d, keepdim, "amax"))
+
+
 def _any_all(x: Tensor, dim, keepdim, how: str) -> Tensor:
     """A bool tensor (uint8 for a uint8 input, as torch's); never differentiable."""
     axes = _reduce_axes(x, dim, how, empty_is_all=False)  # torch: dim=() reduces nothing
@@ -226,17 +234,46 @@ def count_nonzero(x, dim=None):
     return from_array(xp.asarray(xp.sum(x._array() != 0, axis=axes)).astype(xp.int64))
 
 
+def _correction(op_name: str, dim, unbiased, correction):
+    """(dim, correction) from torch's three forms: var(dim, unbiased, keepdim),
+    var(unbiased) and var(dim, *, correction=, keepdim=)."""
+    if isinstance(dim, bool):  # x.var(False): the (unbiased) form, over every element
+        if unbiased is not None:
+            raise TypeError(f"{op_name}(): unbiased given twice ({dim!r} and {unbiased!r})")
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise TypeError(f"{op_name}(): unbiased and correction cannot both be given")
+    if unbiased is not None:
+        return dim, int(bool(unbiased))
+    return dim, 1 if correction is None else correction
+
+
+@op(Var, method=True, ta=True)
+def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """torch's signature: x.var(1, True) is unbiased=True (not keepdim), x.var(False) the
+    population variance; correction= is the general form (unbiased=False is correction=0)."""
+    dim, correction = _correction("var", dim, unbiased, correction)
+    return Var.apply(x, dim=dim, keepdim=keepdim, correction=correction)
+
+
+@op(Std, method=True, ta=True)
+def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """torch's signature, as var's."""
+    dim, correction = _correction("std", dim, unbiased, correction)
+    return Std.apply(x, dim=dim, keepdim=keepdim, correction=correction)
+
+
 @op(Var, Mean, ta=True)
 def var_mean(x, dim=None, *, correction=1, keepdim=False):
     """(var, mean): two existing ops, as torch returns them; Mean saves nothing, so the
     pair keeps exactly what var alone keeps (the input)."""
-    return var(x, dim, keepdim, correction), mean(x, dim, keepdim)
+    return var(x, dim, keepdim=keepdim, correction=correction), mean(x, dim, keepdim)
 
 
 @op(Std, Mean, ta=True)
 def std_mean(x, dim=None, *, correction=1, keepdim=False):
     """(std, mean): two existing ops; saves the input and std, as std does."""
-    return std(x, dim, keepdim, correction), mean(x, dim, keepdim)
+    return std(x, dim, keepdim=keepdim, correction=correction), mean(x, dim, keepdim)
 
 
 @op(VectorNorm)
