@@ -3,9 +3,11 @@
 Each time step of each layer and direction is one engine op (ta.rnn_tanh_cell,
 ta.rnn_relu_cell, ta.lstm_cell, ta.gru_cell): the gate matmuls and nonlinearities in one
 graph node that saves only what its backward needs (docs/recurrent.md: the bytes per
-step). Parameters carry torch's names, shapes and gate order (weight_ih_l{k}{_reverse},
-weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}; LSTM i, f, g, o, GRU r, z, n), so a torch
-model's state_dict loads as it is, and torch's init: every parameter U(-1/sqrt(H), 1/sqrt(H)).
+step). The input projection x @ w_ih^T + b_ih of a whole sequence is one GEMM before the
+steps, and each cell gets its slice (w_ih=None). Parameters carry torch's names, shapes
+and gate order (weight_ih_l{k}{_reverse}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k};
+LSTM i, f, g, o, GRU r, z, n), so a torch model's state_dict loads as it is, and torch's
+init: every parameter U(-1/sqrt(H), 1/sqrt(H)).
 
 Shapes, as torch's: input (T, B, I), or (B, T, I) with batch_first, or unbatched (T, I);
 h0 (and c0) (num_layers * num_directions, B, H), or (.., H) unbatched; the output
@@ -134,9 +136,8 @@ class RNNBase(Module):
                                f"{self.input_size}, got {input.shape[-1]}")
         batched = input.ndim == 3
         x = input if batched else input.unsqueeze(1)  # (T, 1, I) unbatched
-        if batched and self.batch_first:
-            x = x.transpose(0, 1)  # (T, B, I): a view, each step reads x[t]
-        T, B = x.shape[0], x.shape[1]
+        time_dim = 1 if batched and self.batch_first else 0  # of x, the layer's input
+        T, B = x.shape[time_dim], x.shape[1 - time_dim]
         if T == 0:
             raise RuntimeError(f"{name}: Expected sequence length to be larger than 0 in RNN, "
                                f"got input of shape {tuple(input.shape)}")
@@ -145,14 +146,16 @@ class RNNBase(Module):
         for layer in range(self.num_layers):
             last_layer = layer == self.num_layers - 1
             # the last layer's steps are stacked straight into torch's (B, T, H) when
-            # batch_first; the layers below stay (T, B, H), the next layer reads x[t]
-            time_dim = 1 if last_layer and batched and self.batch_first else 0
+            # batch_first; the layers below stay (T, B, H)
+            out_dim = 1 if last_layer and batched and self.batch_first else 0
             outputs = []
             for direction in range(self.num_directions):
                 k = layer * self.num_directions + direction
-                hs, last = self._run_direction(x, [s[k] for s in states], layer, direction)
-                outputs.append(ta.stack(hs, dim=time_dim))
+                hs, last = self._run_direction(x, time_dim, [s[k] for s in states], layer,
+                                               direction)
+                outputs.append(ta.stack(hs, dim=out_dim))
                 finals.append(last)
+            time_dim = out_dim
             x = outputs[0] if len(outputs) == 1 else ta.cat(outputs, dim=-1)
             if self.training and self.dropout > 0 and not last_layer:
                 x = F.dropout(x, self.dropout, training=True)
@@ -164,20 +167,26 @@ class RNNBase(Module):
             output, h_n = output.squeeze(1), [h.squeeze(1) for h in h_n]
         return output, (tuple(h_n) if self.mode == "LSTM" else h_n[0])
 
-    def _run_direction(self, x, state: list, layer: int, direction: int):
-        """One layer in one direction over all T steps: ([h_t in time order], [h_T, c_T])."""
+    def _run_direction(self, x, time_dim: int, state: list, layer: int, direction: int):
+        """One layer in one direction over all T steps: ([h_t in time order], [h_T, c_T]).
+
+        The input projection x @ w_ih^T + b_ih of every step is one GEMM (its matmul keeps
+        x, the layer's input, once); each step's cell gets its slice (w_ih=None) and adds
+        h @ w_hh^T + b_hh."""
         suffix = f"_l{layer}" + ("_reverse" if direction else "")
         w_ih, w_hh = getattr(self, "weight_ih" + suffix), getattr(self, "weight_hh" + suffix)
         b_ih = getattr(self, "bias_ih" + suffix) if self.bias else None
         b_hh = getattr(self, "bias_hh" + suffix) if self.bias else None
         step = _STEP[self.mode]
-        T = x.shape[0]
+        projected = F.linear(x, w_ih, b_ih)  # (T, B, G*H), or (B, T, G*H) with time_dim 1
+        T = x.shape[time_dim]
         hs = [None] * T
         for t in (reversed(range(T)) if direction else range(T)):
+            p_t = projected[t] if time_dim == 0 else projected[:, t]  # (B, G*H), a view
             if self.mode == "LSTM":
-                state = list(step(x[t], tuple(state), w_ih, w_hh, b_ih, b_hh))
+                state = list(step(p_t, tuple(state), None, w_hh, None, b_hh))
             else:
-                state = [step(x[t], state[0], w_ih, w_hh, b_ih, b_hh)]
+                state = [step(p_t, state[0], None, w_hh, None, b_hh)]
             hs[t] = state[0]
         return hs, state
 

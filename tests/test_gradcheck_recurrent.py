@@ -15,12 +15,27 @@ VIEWS = ["contiguous", "transposed", "sliced"]
 B, I, H = 3, 4, 2  # batch, input size, hidden size: small, so finite differences are cheap
 
 
-def _specs(gates: int, states: int, view: str, bias: bool) -> list:
+def _specs(gates: int, states: int, view: str, bias: bool, projected: bool = False) -> list:
     """(shape, view, domain) of input, hidden states, w_ih, w_hh (all in `view`) and the
-    biases (1-D, contiguous)."""
+    biases (1-D, contiguous). projected: no w_ih and b_ih, the input is the projection
+    (B, G*H), as a layer passes it."""
+    if projected:
+        two_d = [(B, gates * H)] + [(B, H)] * states + [(gates * H, H)]
+        return [(shape, view, "real") for shape in two_d] + [
+            ((gates * H,), "contiguous", "real")] * bias
     two_d = [(B, I)] + [(B, H)] * states + [(gates * H, I), (gates * H, H)]
     specs = [(shape, view, "real") for shape in two_d]
     return specs + [((gates * H,), "contiguous", "real")] * (2 * bias)
+
+
+def _projected(cell, states: int):
+    """cell(p, hx, None, w_hh, None, b_hh): the input projection p given, as a layer does."""
+    def fn(p, *rest):
+        hx = (rest[0], rest[1]) if states == 2 else rest[0]
+        w_hh, *b_hh = rest[states:]
+        return cell(p, hx, None, w_hh, None, *b_hh)
+
+    return fn
 
 
 def _lstm(x, h, c, *weights):
@@ -46,6 +61,12 @@ GRAD_ROWS = {
     "gru_cell": (ta.gru_cell, 3, 1, True),
     "gru_cell_nobias": (ta.gru_cell, 3, 1, False),
 }
+PROJECTED_ROWS = {  # w_ih=None: the input is x @ w_ih^T already
+    "rnn_tanh_cell_projected": (_projected(ta.rnn_tanh_cell, 1), 1, 1, True),
+    "rnn_relu_cell_projected": (_projected(ta.rnn_relu_cell, 1), 1, 1, False),
+    "lstm_cell_projected": (_projected(ta.lstm_cell, 2), 4, 2, True),
+    "gru_cell_projected": (_projected(ta.gru_cell, 1), 3, 1, True),
+}
 
 
 @pytest.mark.parametrize("view", VIEWS)
@@ -53,6 +74,13 @@ GRAD_ROWS = {
 def test_gradcheck(row, view):
     fn, gates, states, bias = GRAD_ROWS[row]
     check(fn, _specs(gates, states, view, bias), seed=3)
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("row", list(PROJECTED_ROWS))
+def test_gradcheck_projected_input(row, view):
+    fn, gates, states, bias = PROJECTED_ROWS[row]
+    check(fn, _specs(gates, states, view, bias, projected=True), seed=4)
 
 
 @pytest.mark.parametrize("row", ["rnn_tanh_cell", "lstm_cell", "gru_cell"])
@@ -124,5 +152,21 @@ def test_gru_and_rnn_cells_save_what_their_docstrings_say():
     assert [t is w_ih for t in y.grad_fn.saved_tensor_list()] == [True, False]
 
 
+def test_a_projected_input_is_not_saved():
+    """With w_ih=None the cell's input is the projection: its gradient is the gates'
+    gradient itself, so nothing of it is kept (the projection's matmul keeps x)."""
+    x, h, c, _, w_hh = _cell_inputs(4)
+    p = ta.randn(B, 4 * H, requires_grad=True)
+    hy, cy = ta.lstm_cell(p, (h, c), None, w_hh)
+    saved = hy.grad_fn.saved_tensor_list()
+    assert not any(t is p for t in saved)
+    assert [tuple(t.shape) for t in saved] == [(B, H), (B, 4 * H), (B, H), (B, H)]
+    (hy.sum() + cy.sum()).backward()
+    assert p.grad.shape == (B, 4 * H) and w_hh.grad.shape == (4 * H, H)
+    with pytest.raises(ta.ShapeError, match=r"input has inconsistent input_size: got 4 "
+                                            r"expected 8 \(with w_ih=None"):
+        ta.lstm_cell(x, (h, c), None, w_hh)
+
+
 TESTS_OF = {"lstm_cell": test_gradcheck_one_bias_and_one_step_of_a_chain}
-COVERED = set(GRAD_ROWS) | set(TESTS_OF)
+COVERED = set(GRAD_ROWS) | set(PROJECTED_ROWS) | set(TESTS_OF)

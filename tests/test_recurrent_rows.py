@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from rows_vs_torch import Case, case_ids, check_case, randn
 
+import tinygrad_attn as ta
+
 B, I, H = 3, 4, 5
 F32, F64 = np.float32, np.float64
 
@@ -34,6 +36,21 @@ def _lstm(lib, x, h, c, *weights):
     return lib.lstm_cell(x, (h, c), *weights)
 
 
+def _projected(fn, states: int):
+    """The engine's cell given the input projection (w_ih=None), computed by the engine's
+    matmul, against torch's cell projecting the input itself: the same values, and the
+    gradients of x, w_ih and b_ih reach them through the matmul."""
+    def call(lib, x, *rest):
+        hx, (w_ih, w_hh, *biases) = rest[:states], rest[states:]
+        b_ih, b_hh = biases if biases else (None, None)
+        if lib is not ta:
+            return fn(lib, x, *hx, w_ih, w_hh, b_ih, b_hh)
+        p = x @ w_ih.mT if b_ih is None else x @ w_ih.mT + b_ih
+        return fn(lib, p, *hx, None, w_hh, None, b_hh)
+
+    return call
+
+
 CELLS = {"rnn_tanh_cell": (_plain("rnn_tanh_cell"), 1, 1),
          "rnn_relu_cell": (_plain("rnn_relu_cell"), 1, 1),
          "lstm_cell": (_lstm, 4, 2),
@@ -55,6 +72,10 @@ def _rows(name: str) -> list:
     # b_ih alone (torch takes either bias without the other)
     full = _operands(gates, states, seed=7)
     rows.append(Case(fn, full[:-1]))
+    # the input projection given (w_ih=None), as nn's layers call the cell
+    rows += [Case(_projected(fn, states), _operands(gates, states, seed=8), layout="sliced"),
+             Case(_projected(fn, states), _operands(gates, states, bias=False, dtype=F32),
+                  all_grads=True)]
     # errors: the types torch raises
     bad_input = (randn(B, I + 1),) + full[1:]  # input size differs from w_ih's
     bad_batch = full[:1] + (randn(B + 1, H),) + full[2:]  # hidden batch differs from input's

@@ -11,6 +11,11 @@ Shapes and names are torch's: input (B, I), hidden states (B, H), w_ih (G*H, I),
 w_hh (G*H, H), b_ih and b_hh (G*H,) or None, with G gates stacked in torch's order
 (1 for the plain cells; LSTM: i, f, g, o; GRU: r, z, n). The hidden size is
 w_hh.shape[1], as torch reads it.
+
+One extension of torch's signatures: w_ih may be None, and then the input is the input
+projection x @ w_ih^T already, (B, G*H). A layer computes it for all T steps at once (one
+GEMM over T * B rows, whose matmul node keeps the input sequence, and one GEMM for w_ih's
+gradient in backward), and each step's cell adds only h @ w_hh^T.
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ def _check(op_name: str, gates: int, x, hx: tuple, w_ih, w_hh, b_ih, b_hh) -> No
     named = [("input", x), *((f"hx[{k}]", h) for k, h in enumerate(hx)),
              ("w_ih", w_ih), ("w_hh", w_hh)]
     for name, t in named + [("b_ih", b_ih), ("b_hh", b_hh)]:
-        if type(t) is not Tensor and (t is not None or name[0] != "b"):
+        if type(t) is not Tensor and (t is not None or name in ("input", "w_hh")
+                                      or name.startswith("hx")):
             raise TypeError(f"{op_name}(): argument '{name}' must be Tensor, not "
                             f"{type(t).__name__}")
+    named = [(name, t) for name, t in named if t is not None]  # w_ih may be None
     operands = [t for _, t in named] + [b for b in (b_ih, b_hh) if b is not None]
     check_same_device(op_name, *operands)
     dtypes = {t.dtype for t in operands}
@@ -40,22 +47,25 @@ def _check(op_name: str, gates: int, x, hx: tuple, w_ih, w_hh, b_ih, b_hh) -> No
         raise RuntimeError(f"{op_name}: expected floating point operands of one dtype, got "
                            f"{listed}; cast them, e.g. input.to(w_ih.dtype)")
     shapes = (f"input {tuple(x.shape)}, hidden {[tuple(h.shape) for h in hx]}, "
-              f"w_ih {tuple(w_ih.shape)}, w_hh {tuple(w_hh.shape)}")
+              f"w_ih {None if w_ih is None else tuple(w_ih.shape)}, w_hh {tuple(w_hh.shape)}")
     for t in (x, *hx):
         if t.ndim < 2:  # torch reads size(1) of it: an IndexError
             raise IndexError(f"{op_name}: expected 2-D input and hidden states (batch, size), "
                              f"got {shapes}; one example is a batch of 1")
-    if x.ndim != 2 or any(h.ndim != 2 for h in hx) or w_ih.ndim != 2 or w_hh.ndim != 2:
+    if (x.ndim != 2 or any(h.ndim != 2 for h in hx) or w_hh.ndim != 2
+            or (w_ih is not None and w_ih.ndim != 2)):
         raise ShapeError(f"{op_name}: expected 2-D input, hidden states and weights, got "
                          f"{shapes}")
     hidden = w_hh.shape[1]
     for name, w in (("weight_ih", w_ih), ("weight_hh", w_hh)):
-        if w.shape[0] != gates * hidden:
+        if w is not None and w.shape[0] != gates * hidden:
             raise ShapeError(f"{op_name}: {name} first dim must be {gates} * hidden_size = "
                              f"{gates * hidden}, but got {w.shape[0]} ({shapes})")
-    if x.shape[1] != w_ih.shape[1]:
+    width = gates * hidden if w_ih is None else w_ih.shape[1]
+    if x.shape[1] != width:
+        what = " (with w_ih=None the input is the input projection)" if w_ih is None else ""
         raise ShapeError(f"{op_name}: input has inconsistent input_size: got {x.shape[1]} "
-                         f"expected {w_ih.shape[1]} ({shapes})")
+                         f"expected {width}{what} ({shapes})")
     for k, h in enumerate(hx):
         if h.shape[0] != x.shape[0]:
             raise ShapeError(f"{op_name}: Input batch size {x.shape[0]} doesn't match "
@@ -79,6 +89,21 @@ def _project(xp, inp: Tensor, w: Tensor, b):
     return out
 
 
+def _input_projection(xp, x: Tensor, w_ih, b_ih):
+    """x @ w_ih^T (+ b_ih), or x itself (+ b_ih) when w_ih is None (x is the projection):
+    an array to read, not to write (it may be x's own)."""
+    if w_ih is not None:
+        return _project(xp, x, w_ih, b_ih)
+    return x._array() if b_ih is None else x._array() + b_ih._array()
+
+
+def _gates(xp, x: Tensor, h: Tensor, w_ih, w_hh: Tensor, b_ih, b_hh):
+    """x @ w_ih^T + b_ih + h @ w_hh^T + b_hh: a fresh (B, G*H) array."""
+    out = _project(xp, h, w_hh, b_hh)
+    out += _input_projection(xp, x, w_ih, b_ih)
+    return out
+
+
 def _sigmoid_(xp, a):
     """a = sigmoid(a) in place (a is a slice of the gate buffer)."""
     a[...] = _sigmoid_array(xp, a)
@@ -90,7 +115,9 @@ def _projection_grads(xp, needs: tuple, d_ih, d_hh, x, h, w_ih, w_hh):
     add the two): (gx, gh, gw_ih, gw_hh, gb_ih, gb_hh), None where not needed. needs is
     ctx.needs_input_grad over (x, h, w_ih, w_hh, b_ih, b_hh)."""
     nx, nh, nw_ih, nw_hh, nb_ih, nb_hh = needs
-    gx = backend.matmul(xp, d_ih, w_ih._array()) if nx else None
+    gx = None
+    if nx:  # without w_ih, x is the projection and its gradient is d_ih itself
+        gx = d_ih if w_ih is None else backend.matmul(xp, d_ih, w_ih._array())
     gh = backend.matmul(xp, d_hh, w_hh._array()) if nh else None
     gw_ih = backend.matmul(xp, d_ih.T, x._array()) if nw_ih else None
     gw_hh = backend.matmul(xp, d_hh.T, h._array()) if nw_hh else None
@@ -123,7 +150,8 @@ class _RnnCell(Function):
     gradients x and h, for the input gradients w_ih and w_hh (each only if the gradient it
     serves is needed). Per time step, in bytes per element of batch x hidden (itemsize s):
     h' (s) and h (s), 2s nominal; in a layer h is the previous step's h', one storage, so
-    a step adds s * B * H, plus the (B, I) input slice x_t the weight gradient reads.
+    a step adds s * B * H. x is kept only when the cell projects it (w_ih given); a layer
+    passes the projection instead (w_ih=None), whose matmul keeps the input sequence once.
     """
 
     activation = "tanh"
@@ -131,8 +159,7 @@ class _RnnCell(Function):
     @classmethod
     def forward(cls, ctx, x, h, w_ih, w_hh, b_ih=None, b_hh=None):
         xp = backend.xp_for(x.device)
-        pre = _project(xp, x, w_ih, b_ih)
-        pre += _project(xp, h, w_hh, b_hh)
+        pre = _gates(xp, x, h, w_ih, w_hh, b_ih, b_hh)
         if cls.activation == "tanh":
             xp.tanh(pre, out=pre)
         else:
@@ -177,7 +204,8 @@ def _one_state(op_name: str, hx):
 
 @op(RnnTanhCell, ta=True)
 def rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002 - torch's name
-    """One step of an Elman RNN with tanh: (B, I), (B, H) -> (B, H)."""
+    """One step of an Elman RNN with tanh: (B, I), (B, H) -> (B, H); with w_ih=None the
+    input is the input projection, (B, H)."""
     _check("rnn_tanh_cell", 1, input, (_one_state("rnn_tanh_cell", hx),), w_ih, w_hh, b_ih,
            b_hh)
     return RnnTanhCell.apply(input, hx, w_ih, w_hh, b_ih, b_hh)
@@ -185,7 +213,8 @@ def rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002 - 
 
 @op(RnnReluCell, ta=True)
 def rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002 - torch's name
-    """One step of an Elman RNN with relu: (B, I), (B, H) -> (B, H)."""
+    """One step of an Elman RNN with relu: (B, I), (B, H) -> (B, H); with w_ih=None the
+    input is the input projection, (B, H)."""
     _check("rnn_relu_cell", 1, input, (_one_state("rnn_relu_cell", hx),), w_ih, w_hh, b_ih,
            b_hh)
     return RnnReluCell.apply(input, hx, w_ih, w_hh, b_ih, b_hh)
@@ -206,15 +235,15 @@ class LstmCell(Function):
     weight gradients) and w_ih and w_hh (the input gradients), each only if needed.
     Per time step, in bytes per element of batch x hidden (itemsize s, 4 for float32):
     gates 4s, c' s, c s, h s: 7s nominal; in a layer c is the previous step's c', so a
-    step adds 6s * B * H (24 bytes per element in float32), plus the (B, I) input slice
-    x_t the weight gradient reads, and the first step's c once more.
+    step adds 6s * B * H (24 bytes per element in float32), and the first step's c once
+    more. x is kept only when the cell projects it (w_ih given); a layer passes the
+    projection instead (w_ih=None), whose matmul keeps the input sequence once.
     """
 
     @staticmethod
     def forward(ctx, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
         xp = backend.xp_for(x.device)
-        gates = _project(xp, x, w_ih, b_ih)
-        gates += _project(xp, h, w_hh, b_hh)
+        gates = _gates(xp, x, h, w_ih, w_hh, b_ih, b_hh)
         H = c.shape[1]
         _sigmoid_(xp, gates[:, : 2 * H])  # i, f
         xp.tanh(gates[:, 2 * H: 3 * H], out=gates[:, 2 * H: 3 * H])  # g
@@ -255,7 +284,8 @@ class LstmCell(Function):
 
 @op(LstmCell, ta=True)
 def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002 - torch's name
-    """One LSTM step: input (B, I), hx = (h, c) each (B, H) -> (h', c')."""
+    """One LSTM step: input (B, I), hx = (h, c) each (B, H) -> (h', c'); with w_ih=None
+    the input is the input projection, (B, 4H)."""
     if not isinstance(hx, (tuple, list)):
         raise TypeError(f"lstm_cell(): argument 'hx' must be a tuple of Tensors (h, c), not "
                         f"{type(hx).__name__}")
@@ -278,18 +308,18 @@ class GruCell(Function):
     recovered from n without the input projection), h (dz reads it, and gw_hh), x for
     gw_ih, and w_ih and w_hh for the input gradients (each only if needed). Per time step,
     in bytes per element of batch x hidden (itemsize s): the buffer 4s and h s, 5s * B * H
-    (20 bytes per element in float32), plus the (B, I) input slice x_t.
+    (20 bytes per element in float32); x only when the cell projects it (w_ih given).
     """
 
     @staticmethod
     def forward(ctx, x, h, w_ih, w_hh, b_ih=None, b_hh=None):
         xp = backend.xp_for(x.device)
-        gi = _project(xp, x, w_ih, b_ih)
+        gi = _input_projection(xp, x, w_ih, b_ih)  # read only: it may be x's own array
         gh = _project(xp, h, w_hh, b_hh)
         H = h.shape[1]
-        buf = xp.empty((x.shape[0], 4 * H), dtype=gi.dtype)
-        rz = gi[:, : 2 * H]
-        rz += gh[:, : 2 * H]
+        buf = xp.empty((x.shape[0], 4 * H), dtype=gh.dtype)
+        rz = gh[:, : 2 * H]
+        rz += gi[:, : 2 * H]
         buf[:, : 2 * H] = _sigmoid_array(xp, rz)
         r, z = buf[:, :H], buf[:, H: 2 * H]
         buf[:, 3 * H:] = gh[:, 2 * H:]  # hn
@@ -331,6 +361,7 @@ class GruCell(Function):
 
 @op(GruCell, ta=True)
 def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002 - torch's name
-    """One GRU step: input (B, I), hx (B, H) -> h' (B, H)."""
+    """One GRU step: input (B, I), hx (B, H) -> h' (B, H); with w_ih=None the input is the
+    input projection, (B, 3H)."""
     _check("gru_cell", 3, input, (_one_state("gru_cell", hx),), w_ih, w_hh, b_ih, b_hh)
     return GruCell.apply(input, hx, w_ih, w_hh, b_ih, b_hh)
