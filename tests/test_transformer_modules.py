@@ -390,3 +390,25 @@ def test_padded_positions_are_computed_where_torchs_nested_path_gives_zeros(torc
         got = o_enc(ta.tensor(src), src_key_padding_mask=ta.tensor(pad)).numpy()
     np.testing.assert_allclose(got[~pad], want[~pad], atol=1e-10)
     assert not want[pad].any() and np.abs(got[pad]).min() > 0
+
+
+def test_float32_transformer_matches_torch_and_trains_with_dropout(torch):
+    torch.manual_seed(0)
+    theirs = torch.nn.Transformer(E, NH, 1, 1, 12, dropout=0.2, batch_first=True).eval()
+    ours = Transformer(E, NH, 1, 1, 12, dropout=0.2, batch_first=True).eval()
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    src, tgt = _data(N, S, E).astype(np.float32), _data(N, L, E, seed=1).astype(np.float32)
+    mask = Transformer.generate_square_subsequent_mask(L)
+    with torch.no_grad():
+        want = theirs(torch.tensor(src), torch.tensor(tgt), tgt_mask=torch.tensor(
+            mask.numpy()), tgt_is_causal=True).numpy()
+    got = ours(ta.tensor(src), ta.tensor(tgt), tgt_mask=mask, tgt_is_causal=True)
+    assert got.dtype == ta.float32
+    np.testing.assert_allclose(got.detach().numpy(), want, atol=1e-5)
+    ours.train()  # dropout on: two steps differ, and every parameter gets a gradient
+    a = ours(ta.tensor(src), ta.tensor(tgt), tgt_mask=mask)
+    b = ours(ta.tensor(src), ta.tensor(tgt), tgt_mask=mask)
+    assert np.abs(a.detach().numpy() - b.detach().numpy()).max() > 1e-3
+    (a * a).sum().backward()
+    for name, p in ours.named_parameters():
+        assert p.grad is not None and np.isfinite(p.grad.numpy()).all(), name
