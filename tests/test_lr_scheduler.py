@@ -41,6 +41,16 @@ CASES = {
     "OneCycleLR-linear-three-phase": lambda s, o: s.OneCycleLR(
         o, max_lr=0.8, epochs=10, steps_per_epoch=11, pct_start=0.25,
         anneal_strategy="linear", three_phase=True, div_factor=10.0),
+    "CyclicLR": lambda s, o: s.CyclicLR(o, base_lr=[0.01, 0.02], max_lr=0.1, step_size_up=7,
+                                        step_size_down=12),
+    "CyclicLR-triangular2": lambda s, o: s.CyclicLR(o, base_lr=0.01, max_lr=0.1,
+                                                    step_size_up=10, mode="triangular2"),
+    "CyclicLR-exp_range": lambda s, o: s.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=6,
+                                                  mode="exp_range", gamma=0.97,
+                                                  base_momentum=0.5, max_momentum=0.95),
+    "CyclicLR-scale_fn": lambda s, o: s.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=5,
+                                                 scale_fn=_decay, scale_mode="iterations",
+                                                 cycle_momentum=False),
     "SequentialLR": lambda s, o: s.SequentialLR(
         o, [s.LinearLR(o, start_factor=0.1, total_iters=10), s.CosineAnnealingLR(o, T_max=90)],
         milestones=[10]),
@@ -102,7 +112,7 @@ def _run(scheduler, opt, steps, metric=None, start=0):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_lr_sequence_matches_torch(name):
-    torch, ours, theirs = _pair(beta_optimizer=name == "OneCycleLR")
+    torch, ours, theirs = _pair(beta_optimizer=name in ("OneCycleLR", "CyclicLR"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's notes on chaining order
         ref = CASES[name](torch.optim.lr_scheduler, theirs)
@@ -135,7 +145,7 @@ def test_state_dict_resumes_mid_way(name):
         return CASES[name](optim.lr_scheduler, opt)
 
     metric = _metric if name == "ReduceLROnPlateau" else None
-    beta = name == "OneCycleLR"
+    beta = name in ("OneCycleLR", "CyclicLR")
     straight_opt = _optimizer(optim, lambda: ta.zeros(2, requires_grad=True), beta)
     straight = _run(make(straight_opt), straight_opt, STEPS, metric)
 

@@ -211,9 +211,11 @@ class _BigAllocations:
     (lambda ps: optim.Adagrad(ps), 1, 3),
     (lambda ps: optim.NAdam(ps), 2, 6),
     (lambda ps: optim.Adamax(ps, maximize=True), 2, 5),
+    (lambda ps: optim.Rprop(ps), 2, 5),
+    (lambda ps: optim.ASGD(ps, t0=-1, weight_decay=0.1), 1, 2),  # averaging from step 1
 ], ids=["sgd", "sgd-wd", "sgd-momentum", "sgd-nesterov", "adamw", "adam", "adam-wd",
         "amsgrad", "adadelta", "rmsprop-centered", "rmsprop-momentum", "adagrad", "nadam",
-        "adamax"])
+        "adamax", "rprop", "asgd"])
 def test_steps_after_the_first_allocate_no_parameter_sized_storage(make, state_buffers,
                                                                    temporaries):
     """Per parameter and step (after the first): `temporaries` parameter-sized Storages,

@@ -43,6 +43,10 @@ CASES = [
     ("RAdam", dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True, maximize=True)),
     ("Adamax", dict()),
     ("Adamax", dict(lr=1e-2, weight_decay=0.1, maximize=True)),
+    ("Rprop", dict()),
+    ("Rprop", dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.2), maximize=True)),
+    ("ASGD", dict(lr=0.05)),
+    ("ASGD", dict(lr=0.05, lambd=1e-2, alpha=0.5, t0=5, weight_decay=0.1, maximize=True)),
 ]
 IDS = [f"{name}-" + (",".join(f"{k}={v}" for k, v in kw.items()) or "defaults")
        for name, kw in CASES]

@@ -17,9 +17,9 @@ What a step allocates beyond that state, per parameter:
   (grad * grad and the denominator sqrt(v)), and PyTorch's own single-tensor AdamW
   allocates one (denom). maximize and Adam's coupled weight decay add one temporary (the
   gradient the update reads); amsgrad runs as a chain of ops (see adam.py).
-- Adadelta, RMSprop, Adagrad, NAdam, RAdam, Adamax: chains of engine ops with a few
+- Adadelta, RMSprop, Adagrad, NAdam, RAdam, Adamax, Rprop, ASGD: chains of engine ops with a few
   parameter-sized temporaries, each freed within the step (counted in adaptive.py and
-  adam_variants.py).
+  adam_variants.py and classic.py).
 
 `foreach`, `fused` and `capturable` are accepted for torch's signatures: they choose among
 torch's implementations of one rule, and there is one here, so they change nothing.
@@ -30,8 +30,9 @@ from . import lr_scheduler
 from .adam import Adam, AdamW, configure_adamw
 from .adam_variants import Adamax, NAdam, RAdam
 from .adaptive import Adadelta, Adagrad, RMSprop
+from .classic import ASGD, Rprop
 from .optimizer import Optimizer
 from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "RMSprop", "Adagrad", "NAdam",
-           "RAdam", "Adamax", "configure_adamw", "lr_scheduler"]
+           "RAdam", "Adamax", "Rprop", "ASGD", "configure_adamw", "lr_scheduler"]

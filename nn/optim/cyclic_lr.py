@@ -1,9 +1,10 @@
-"""The cyclic schedules of torch.optim.lr_scheduler: CosineAnnealingWarmRestarts and
-OneCycleLR (reachable as nn.optim.lr_scheduler.OneCycleLR)."""
+"""The cyclic schedules of torch.optim.lr_scheduler: CosineAnnealingWarmRestarts,
+OneCycleLR and CyclicLR (reachable as nn.optim.lr_scheduler.OneCycleLR and so on)."""
 
 from __future__ import annotations
 
 import math
+import types
 
 from .lr_scheduler import LRScheduler
 from .optimizer import Optimizer
@@ -167,3 +168,102 @@ def _per_group(name: str, optimizer, value) -> list:
         return list(value)
     return [value] * len(groups)
 
+
+
+class CyclicLR(LRScheduler):
+    """The cyclical policy: lr goes from base_lr up to max_lr over step_size_up steps and
+    back over step_size_down, the height scaled per cycle ("triangular": 1,
+    "triangular2": halved each cycle) or per step ("exp_range": gamma^step), or by your
+    scale_fn; momentum (or beta1) cycles the other way when cycle_momentum."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up: int = 2000,
+                 step_size_down: int | None = None, mode: str = "triangular",
+                 gamma: float = 1.0, scale_fn=None, scale_mode: str = "cycle",
+                 cycle_momentum: bool = True, base_momentum=0.8, max_momentum=0.9,
+                 last_epoch: int = -1) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma = mode, gamma
+        self._scale_fn_custom, self.scale_mode = scale_fn, scale_mode
+        self._init_scale_fn()
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with "
+                                 "`cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                for high, low, group in zip(self.max_momentums, self.base_momentums,
+                                            optimizer.param_groups):
+                    _set_momentum(group, high, self.use_beta1)
+                    group["max_momentum"], group["base_momentum"] = high, low
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _init_scale_fn(self) -> None:
+        if self._scale_fn_custom is None:  # the built-in modes fix their scale_mode
+            self.scale_mode = "iterations" if self.mode == "exp_range" else "cycle"
+
+    def scale_fn(self, x: float) -> float:
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        if self.mode == "exp_range":
+            return self.gamma ** x
+        return 1.0
+
+    def get_lr(self) -> list:
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        if x <= self.step_ratio:
+            scale_factor = x / self.step_ratio
+        else:
+            scale_factor = (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base + (top - base) * scale_factor * scale
+               for base, top in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for group, low, high in zip(self.optimizer.param_groups, self.base_momentums,
+                                        self.max_momentums):
+                _set_momentum(group, high - (high - low) * scale_factor * scale,
+                              self.use_beta1)
+        return lrs
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        fn = state.pop("_scale_fn_custom")
+        state["_scale_fn_custom"] = (None if fn is None or isinstance(fn, types.FunctionType)
+                                     else dict(fn.__dict__))
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = dict(state_dict)
+        fn = state.pop("_scale_fn_custom")
+        custom = self._scale_fn_custom
+        super().load_state_dict(state)
+        self._scale_fn_custom = custom
+        if fn is not None:
+            custom.__dict__.update(fn)
+        self._init_scale_fn()
+
+
+def _set_momentum(group, value, use_beta1: bool) -> None:
+    if use_beta1:
+        group["betas"] = (value, *group["betas"][1:])
+    else:
+        group["momentum"] = value

@@ -82,6 +82,10 @@ class LRScheduler:
         self._last_lr = self._group_lrs()
 
 
+class _LRScheduler(LRScheduler):
+    """torch's older name for the base class, for schedules written against it."""
+
+
 def _lambdas(optimizer, lr_lambda) -> list:
     if not isinstance(lr_lambda, (list, tuple)):
         return [lr_lambda] * len(optimizer.param_groups)
@@ -471,10 +475,11 @@ class ReduceLROnPlateau(LRScheduler):
 
 
 # the cyclic schedules live in their own module (it imports LRScheduler from this one)
-from .cyclic_lr import CosineAnnealingWarmRestarts, OneCycleLR  # noqa: E402
+from .cyclic_lr import CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR  # noqa: E402
 
 __all__ = [
     "LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR",
     "LinearLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR", "SequentialLR",
     "ChainedScheduler", "ReduceLROnPlateau", "CosineAnnealingWarmRestarts", "OneCycleLR",
+    "CyclicLR",
 ]
