@@ -35,7 +35,7 @@ class RandomFill(Function):
 
     @staticmethod
     def forward(ctx, x, p=None, *, draw):
-        ctx.p_shape = getattr(p, "shape", None)
+        ctx.p_shape, ctx.p_dtype = getattr(p, "shape", None), getattr(p, "dtype", None)
         x._array()[...] = draw(x)
         ctx.mark_dirty(x)
         return x
@@ -44,7 +44,7 @@ class RandomFill(Function):
     def backward(ctx, g):
         nx, np_ = ctx.needs_input_grad[:2]
         gx = _zeros(g.shape, g.dtype, g.device) if nx else None
-        gp = _zeros(ctx.p_shape, g.dtype, g.device) if np_ else None
+        gp = _zeros(ctx.p_shape, ctx.p_dtype, g.device) if np_ else None
         return gx, gp
 
 
@@ -54,7 +54,8 @@ def _fill(op: str, x: Tensor, sample, generator, p=None, floating=None):
     if type(x) is not Tensor:
         raise TypeError(f"{op}: expected a Tensor, got {type(x).__name__}")
     if floating is not None and not x.dtype.is_floating_point:
-        raise floating(x.dtype.name)
+        raise floating(f"{op}: ", x.dtype.name, f" (target of shape {tuple(x.shape)}; {op} "
+                       "needs a floating-point tensor)")
     _guard(op, x, p)
     check_same_device(op, x, p)
     check_internal_overlap(op, x._shape, x._strides)
@@ -71,16 +72,18 @@ def _fill(op: str, x: Tensor, sample, generator, p=None, floating=None):
 
 
 def _not_implemented(kernel: str):
-    def error(dtype_name):
-        return NotImplementedError(f'"{kernel}" not implemented for {dtype_name!r}')
+    def error(prefix, dtype_name, suffix):
+        return NotImplementedError(f'{prefix}"{kernel}" not implemented for {dtype_name!r}'
+                                   f"{suffix}")
 
     return error
 
 
 def _continuous(name: str):
-    def error(dtype_name):
-        return RuntimeError(f"{name} distribution is a continuous probability distribution. "
-                            f"dtype must be a floating point but you specified {dtype_name}")
+    def error(prefix, dtype_name, suffix):
+        return RuntimeError(f"{prefix}{name} distribution is a continuous probability "
+                            f"distribution. dtype must be a floating point but you specified "
+                            f"{dtype_name}{suffix}")
 
     return error
 
@@ -149,7 +152,6 @@ def geometric_(x: Tensor, p: float, *, generator=None) -> Tensor:
 def bernoulli_(x: Tensor, p=0.5, *, generator=None) -> Tensor:
     """Fill x with 1 with probability p (a number, or a tensor broadcasting to x), else 0."""
     if type(p) is Tensor:
-        shp.broadcast_shapes(x.shape, p.shape, op="bernoulli_")
         if shp.broadcast_shapes(x.shape, p.shape, op="bernoulli_") != tuple(x.shape):
             raise RuntimeError(f"bernoulli_: p of shape {tuple(p.shape)} does not broadcast "
                                f"to the target's shape {tuple(x.shape)}")
@@ -200,13 +202,13 @@ class Sample(Function):
 
     @staticmethod
     def forward(ctx, *inputs, draw):
-        ctx.shapes = [getattr(t, "shape", None) for t in inputs]
+        ctx.inputs = [(t.shape, t.dtype) if type(t) is Tensor else None for t in inputs]
         return from_array(draw(*(t._array() if type(t) is Tensor else t for t in inputs)))
 
     @staticmethod
     def backward(ctx, g):
-        return tuple(_zeros(s, g.dtype, g.device) if need else None
-                     for s, need in zip(ctx.shapes, ctx.needs_input_grad))
+        return tuple(_zeros(*meta, g.device) if need else None
+                     for meta, need in zip(ctx.inputs, ctx.needs_input_grad))
 
 
 @op(Sample, method=True, ta=True)
