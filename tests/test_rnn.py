@@ -245,6 +245,13 @@ def test_ledger_explains_the_saved_bytes_per_time_step(steps):
     h0, c0 = ta.randn(1, B, H), ta.randn(1, B, H)
     want = steps * per_step[LSTM] + B * H * 4 + sequence
     assert _saved_after_forward(LSTM(I, H), x, (h0, c0)) == (want, want)
+    # two bidirectional layers: 4 chains of steps, the input once (both directions'
+    # projections keep the same storage) and layer 0's (T, B, 2H) output, which layer 1's
+    # projections keep; the zeros of hx=None are one (4, B, H) storage, one B x H a chain
+    for cls in (LSTM, GRU):
+        want = 4 * steps * per_step[cls] + sequence + steps * B * 2 * H * 4
+        layers = cls(I, H, num_layers=2, bidirectional=True)
+        assert _saved_after_forward(layers, x) == (want, want), cls.__name__
 
 
 def test_backward_frees_every_step_and_the_ops_say_what_they_keep():
