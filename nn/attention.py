@@ -1,9 +1,10 @@
-"""nn.MultiheadAttention: torch's module, parameters, state-dict names, masks and shapes.
+"""nn.MultiheadAttention and F.multi_head_attention_forward, as torch's: parameters,
+state-dict names, masks and shapes.
 
 Attention itself is the engine's: F.scaled_dot_product_attention when the weights are not
 asked for (need_weights=False, what the Transformer layers use), an explicit softmax of the
 (L, S) scores per head when they are. Read top to bottom: mask handling, the projections,
-the module.
+the functional form, the module (its parameters, then forward through the functional).
 """
 
 from __future__ import annotations
@@ -84,6 +85,137 @@ def _zero_column(mask):
     return ta.cat([mask, pad], dim=-1)
 
 
+def _in_projection(query, key, value, E, in_proj_weight, in_proj_bias, separate):
+    """q, k, v = the input projections, (L, N, E), (S, N, E), (S, N, E)."""
+    b = in_proj_bias
+    b_q, b_k, b_v = (None, None, None) if b is None else b.split(E)
+    if separate is not None:
+        w_q, w_k, w_v = separate
+        return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+    w = in_proj_weight
+    if query is key and key is value:  # self-attention: one GEMM, three views of it
+        return F.linear(query, w, b).split(E, dim=-1)
+    w_q, w_k, w_v = w.split(E)  # views: backward assembles one gradient of w
+    return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+
+
+def _attention_mask(attn_mask, key_padding_mask, is_causal, need_weights, L, S, N, nh, dtype):
+    """torch's mask rules: (the additive attn_mask as (1 or N, 1 or nh, L, S) or None, the
+    additive padding mask (N, S) or None, whether the causal kernel stands in for the
+    mask)."""
+    key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask", dtype)
+    if key_padding_mask is not None and tuple(key_padding_mask.shape) != (N, S):
+        raise AssertionError(f"multi_head_attention_forward: expecting key_padding_mask shape "
+                             f"of {(N, S)}, but got {tuple(key_padding_mask.shape)}")
+    if is_causal and attn_mask is None:
+        raise RuntimeError("multi_head_attention_forward: need attn_mask if specifying the "
+                           "is_causal hint; Transformer.generate_square_subsequent_mask(sz) "
+                           "makes one")
+    if is_causal and key_padding_mask is None and not need_weights:
+        return None, None, True  # the causal kernel stands in for the mask
+    attn_mask = _canonical_mask(attn_mask, "attn_mask", dtype)
+    if attn_mask is not None:
+        if attn_mask.ndim == 2:
+            if tuple(attn_mask.shape) != (L, S):
+                raise RuntimeError(f"multi_head_attention_forward: the shape of the 2D "
+                                   f"attn_mask is {tuple(attn_mask.shape)}, but should be "
+                                   f"{(L, S)}")
+            attn_mask = attn_mask.reshape(1, 1, L, S)
+        elif tuple(attn_mask.shape) == (N * nh, L, S):
+            attn_mask = attn_mask.reshape(N, nh, L, S)
+        else:
+            raise RuntimeError(f"multi_head_attention_forward: the shape of the 3D attn_mask "
+                               f"is {tuple(attn_mask.shape)}, but should be {(N * nh, L, S)}")
+    return attn_mask, key_padding_mask, False
+
+
+def multi_head_attention_forward(
+        query, key, value, embed_dim_to_check: int, num_heads: int, in_proj_weight,
+        in_proj_bias, bias_k, bias_v, add_zero_attn: bool, dropout_p: float, out_proj_weight,
+        out_proj_bias, training: bool = True, key_padding_mask=None, need_weights: bool = True,
+        attn_mask=None, use_separate_proj_weight: bool = False, q_proj_weight=None,
+        k_proj_weight=None, v_proj_weight=None, static_k=None, static_v=None,
+        average_attn_weights: bool = True, is_causal: bool = False):
+    """torch.nn.functional.multi_head_attention_forward: (L, N, E) inputs (or unbatched
+    (L, E)) -> (attn_output (L, N, E), attn_weights or None).
+
+    need_weights=False runs F.scaled_dot_product_attention on head views of the
+    projections (it saves q, k, v, its output and a row logsumexp, never the (L, S)
+    weights); need_weights=True forms the weights, (N, nh, L, S), averaged over the heads
+    by default. static_k / static_v, if given, are the keys / values (N * nh, S, hs).
+    """
+    batched = _check_shapes(query, key, value, key_padding_mask, attn_mask, num_heads)
+    if not batched:
+        q_in = query.unsqueeze(1)
+        k_in = q_in if key is query else key.unsqueeze(1)
+        v_in = k_in if value is key else value.unsqueeze(1)
+        query, key, value = q_in, k_in, v_in
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+    L, N, E = query.shape
+    S = key.shape[0]
+    nh = num_heads
+    hs = E // nh
+    if E != embed_dim_to_check:
+        raise AssertionError(f"multi_head_attention_forward: was expecting embedding "
+                             f"dimension of {embed_dim_to_check}, but got {E} (query "
+                             f"{tuple(query.shape)})")
+    if hs * nh != E:
+        raise AssertionError(f"multi_head_attention_forward: embed_dim {E} not divisible by "
+                             f"num_heads {nh}")
+    if key.shape[:2] != value.shape[:2] or (not use_separate_proj_weight
+                                            and key.shape != value.shape):
+        raise AssertionError(f"multi_head_attention_forward: key shape {tuple(key.shape)} "
+                             f"does not match value shape {tuple(value.shape)}")
+    attn_mask, key_padding_mask, is_causal = _attention_mask(
+        attn_mask, key_padding_mask, is_causal, need_weights, L, S, N, nh, query.dtype)
+
+    separate = ((q_proj_weight, k_proj_weight, v_proj_weight) if use_separate_proj_weight
+                else None)
+    q, k, v = _in_projection(query, key, value, E, in_proj_weight, in_proj_bias, separate)
+    if bias_k is not None and bias_v is not None:  # one more key and value, learned
+        if static_k is not None or static_v is not None:
+            raise AssertionError("multi_head_attention_forward: bias cannot be added to "
+                                 "static key or value")
+        k = ta.cat([k, bias_k.expand(1, N, E)])
+        v = ta.cat([v, bias_v.expand(1, N, E)])
+        attn_mask, key_padding_mask = _zero_column(attn_mask), _zero_column(key_padding_mask)
+    q = _heads(q, nh)  # (N, nh, L, hs)
+    k = _heads(k, nh) if static_k is None else static_k.reshape(N, nh, -1, hs)
+    v = _heads(v, nh) if static_v is None else static_v.reshape(N, nh, -1, hs)
+    if add_zero_attn:  # one more key and value, of zeros
+        zeros = ta.zeros(N, nh, 1, hs, dtype=q.dtype, device=q.device)
+        k, v = ta.cat([k, zeros], dim=2), ta.cat([v, zeros], dim=2)
+        attn_mask, key_padding_mask = _zero_column(attn_mask), _zero_column(key_padding_mask)
+    if key_padding_mask is not None:
+        padding = key_padding_mask.reshape(N, 1, 1, key_padding_mask.shape[-1])
+        attn_mask = padding if attn_mask is None else attn_mask + padding
+    p = dropout_p if training else 0.0
+
+    if not need_weights:
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p,
+                                           is_causal=is_causal)  # (N, nh, L, hs)
+        weights = None
+    else:
+        scores = (q * (1.0 / math.sqrt(hs))) @ k.mT  # (N, nh, L, S')
+        if attn_mask is not None:
+            scores = scores + attn_mask
+        weights = F.softmax(scores, dim=-1)
+        if p > 0:
+            weights = F.dropout(weights, p)
+        y = weights @ v
+        if average_attn_weights:
+            weights = weights.mean(dim=1)
+    # merge the heads: the attention kernel lays its output out heads-innermost, (N, L, nh,
+    # hs) in memory, so (L, N, E) is a strided view, no copy; out_proj's GEMM reads it
+    # through its strides and writes a contiguous (L, N, E)
+    y = y.permute(2, 0, 1, 3).reshape(L, N, E)
+    out = F.linear(y, out_proj_weight, out_proj_bias)
+    if not batched:
+        return out.squeeze(1), (None if weights is None else weights.squeeze(0))
+    return out, weights
+
+
 class MultiheadAttention(Module):
     """Multi-head attention with torch's parameters and behaviour.
 
@@ -99,7 +231,9 @@ class MultiheadAttention(Module):
     (or -inf) means "may not attend"; attn_mask (L, S) or (N * num_heads, L, S);
     key_padding_mask (N, S). is_causal is a hint that attn_mask is causal (torch requires
     the mask too); without a padding mask and need_weights=False it runs the causal
-    kernel instead of reading the mask.
+    kernel instead of reading the mask. forward is multi_head_attention_forward on the
+    module's parameters; with batch_first the output is a transposed view of the (L, N, E)
+    result, as torch's.
 
     Saved bytes: the projections are Linears (matmul saves its inputs). With
     need_weights=False the heads are views of the projections and attention is one
@@ -163,123 +297,27 @@ class MultiheadAttention(Module):
             init.xavier_normal_(self.bias_k)
             init.xavier_normal_(self.bias_v)
 
-    # ------------------------------------------------------------------ projections
-    def _project(self, query, key, value):
-        """q, k, v = the input projections, (L, N, E), (S, N, E), (S, N, E)."""
-        E, b = self.embed_dim, self.in_proj_bias
-        b_q, b_k, b_v = (None, None, None) if b is None else b.split(E)
-        if not self._qkv_same_embed_dim:
-            return (F.linear(query, self.q_proj_weight, b_q),
-                    F.linear(key, self.k_proj_weight, b_k),
-                    F.linear(value, self.v_proj_weight, b_v))
-        w = self.in_proj_weight
-        if query is key and key is value:  # self-attention: one GEMM, three views of it
-            return F.linear(query, w, b).split(E, dim=-1)
-        w_q, w_k, w_v = w.split(E)
-        return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
-
-    # ------------------------------------------------------------------ forward
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True,
                 attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
-        batched = _check_shapes(query, key, value, key_padding_mask, attn_mask,
-                                self.num_heads)
+        batched = query.ndim == 3
         if self.batch_first and batched:  # (N, L, E) -> (L, N, E), keeping q is k is v
             q_in = query.transpose(1, 0)
             k_in = q_in if key is query else key.transpose(1, 0)
             v_in = k_in if value is key else value.transpose(1, 0)
             query, key, value = q_in, k_in, v_in
-        if not batched:
-            q_in = query.unsqueeze(1)
-            k_in = q_in if key is query else key.unsqueeze(1)
-            v_in = k_in if value is key else value.unsqueeze(1)
-            query, key, value = q_in, k_in, v_in
-            if key_padding_mask is not None:
-                key_padding_mask = key_padding_mask.unsqueeze(0)
-        out, weights = self._attend(query, key, value, key_padding_mask, need_weights,
-                                    attn_mask, average_attn_weights, is_causal)
-        if not batched:
-            return out.squeeze(1), (None if weights is None else weights.squeeze(0))
-        if self.batch_first:
-            out = out.transpose(1, 0)
+        separate = not self._qkv_same_embed_dim
+        out, weights = multi_head_attention_forward(
+            query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
+            self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
+            self.out_proj.weight, self.out_proj.bias, training=self.training,
+            key_padding_mask=key_padding_mask, need_weights=need_weights,
+            attn_mask=attn_mask, use_separate_proj_weight=separate,
+            q_proj_weight=self.q_proj_weight, k_proj_weight=self.k_proj_weight,
+            v_proj_weight=self.v_proj_weight, average_attn_weights=average_attn_weights,
+            is_causal=is_causal)
+        if self.batch_first and batched:
+            out = out.transpose(1, 0)  # a view of (L, N, E), as torch's
         return out, weights
-
-    def _attend(self, query, key, value, key_padding_mask, need_weights, attn_mask,
-                average_attn_weights, is_causal):
-        """torch's multi_head_attention_forward on (L, N, E) inputs."""
-        L, N, E = query.shape
-        S = key.shape[0]
-        nh = self.num_heads
-        if E != self.embed_dim:
-            raise AssertionError(f"MultiheadAttention: was expecting embedding dimension of "
-                                 f"{self.embed_dim}, but got {E} (query {tuple(query.shape)})")
-        if key.shape[:2] != value.shape[:2] or (self._qkv_same_embed_dim
-                                                and key.shape != value.shape):
-            raise AssertionError(f"MultiheadAttention: key shape {tuple(key.shape)} does not "
-                                 f"match value shape {tuple(value.shape)}")
-        key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask", query.dtype)
-        if key_padding_mask is not None and tuple(key_padding_mask.shape) != (N, S):
-            raise AssertionError(f"MultiheadAttention: expecting key_padding_mask shape of "
-                                 f"{(N, S)}, but got {tuple(key_padding_mask.shape)}")
-        if is_causal and attn_mask is None:
-            raise RuntimeError("MultiheadAttention: need attn_mask if specifying the is_causal "
-                               "hint; Transformer.generate_square_subsequent_mask(sz) makes "
-                               "one")
-        if is_causal and key_padding_mask is None and not need_weights:
-            attn_mask = None  # the causal kernel stands in for the mask
-        else:
-            attn_mask = _canonical_mask(attn_mask, "attn_mask", query.dtype)
-            is_causal = is_causal and key_padding_mask is None
-        if attn_mask is not None:  # -> (1 or N, 1 or nh, L, S), broadcasting to the scores
-            if attn_mask.ndim == 2:
-                if tuple(attn_mask.shape) != (L, S):
-                    raise RuntimeError(f"MultiheadAttention: the shape of the 2D attn_mask is "
-                                       f"{tuple(attn_mask.shape)}, but should be {(L, S)}")
-                attn_mask = attn_mask.reshape(1, 1, L, S)
-            elif tuple(attn_mask.shape) == (N * nh, L, S):
-                attn_mask = attn_mask.reshape(N, nh, L, S)
-            else:
-                raise RuntimeError(f"MultiheadAttention: the shape of the 3D attn_mask is "
-                                   f"{tuple(attn_mask.shape)}, but should be {(N * nh, L, S)}")
-
-        q, k, v = self._project(query, key, value)
-        if self.bias_k is not None:  # one more key and value, learned
-            k = ta.cat([k, self.bias_k.expand(1, N, E)])
-            v = ta.cat([v, self.bias_v.expand(1, N, E)])
-            attn_mask, key_padding_mask = _zero_column(attn_mask), _zero_column(key_padding_mask)
-        q, k, v = _heads(q, nh), _heads(k, nh), _heads(v, nh)  # (N, nh, T, hs)
-        if self.add_zero_attn:  # one more key and value, of zeros
-            zeros = ta.zeros(N, nh, 1, self.head_dim, dtype=q.dtype, device=q.device)
-            k, v = ta.cat([k, zeros], dim=2), ta.cat([v, zeros], dim=2)
-            attn_mask, key_padding_mask = _zero_column(attn_mask), _zero_column(key_padding_mask)
-        if key_padding_mask is not None:
-            padding = key_padding_mask.reshape(N, 1, 1, key_padding_mask.shape[-1])
-            attn_mask = padding if attn_mask is None else attn_mask + padding
-        p = self.dropout if self.training else 0.0
-
-        if not need_weights:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p,
-                                               is_causal=is_causal)  # (N, nh, L, hs)
-            return self._merge(y, L, N), None
-        scores = (q * (1.0 / math.sqrt(self.head_dim))) @ k.mT  # (N, nh, L, S')
-        if attn_mask is not None:
-            scores = scores + attn_mask
-        weights = F.dropout(F.softmax(scores, dim=-1), p) if p > 0 else F.softmax(scores, -1)
-        out = self._merge(weights @ v, L, N)
-        return out, (weights.mean(dim=1) if average_attn_weights else weights)
-
-    def _merge(self, y, L: int, N: int):
-        """(N, nh, L, hs) -> out_proj -> (L, N, E).
-
-        The attention kernel lays its output out heads-innermost, (N, L, nh, hs) in memory,
-        so merging the heads is a view in either order, not a copy; out_proj's GEMM reads
-        it through its strides and writes a fresh output in the order the module returns
-        (batch_first: (N, L, E), else (L, N, E)), contiguous either way.
-        """
-        if self.batch_first:
-            y = y.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
-            return self.out_proj(y).transpose(0, 1)
-        y = y.permute(2, 0, 1, 3).reshape(L, N, self.embed_dim)  # (L, N, E), strided
-        return self.out_proj(y)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "

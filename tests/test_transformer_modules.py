@@ -365,7 +365,8 @@ def test_mha_self_attention_merges_heads_without_a_copy(batch_first):
     with ta.memory.profile() as prof:
         y, weights = mha(x, x, x, need_weights=False)
         y.sum().backward()
-    assert weights is None and y.shape == (2, 10, 16) and y.is_contiguous()
+    assert weights is None and y.shape == (2, 10, 16)
+    assert y.is_contiguous() is (not batch_first)  # as torch's: batch_first gives a view
     assert prof.summary()["copies"] == []  # q, k, v, heads, merge: views all the way
     saved = prof.summary()["saved_peak"]["by_op"]
     # the attention op keeps q, k, v (three views of one (2, 10, 48) projection, counted
@@ -412,3 +413,29 @@ def test_float32_transformer_matches_torch_and_trains_with_dropout(torch):
     (a * a).sum().backward()
     for name, p in ours.named_parameters():
         assert p.grad is not None and np.isfinite(p.grad.numpy()).all(), name
+
+
+def test_functional_form_with_static_keys_matches_torch(torch):
+    from nn.attention import multi_head_attention_forward
+
+    rng = np.random.default_rng(7)
+    w_in, b_in = rng.standard_normal((3 * E, E)), rng.standard_normal(3 * E)
+    w_out, b_out = rng.standard_normal((E, E)), rng.standard_normal(E)
+    q, k, v = _qkv()
+    static_k, static_v = _data(N * NH, S + 1, E // NH, seed=8), _data(N * NH, S + 1, 4, seed=9)
+
+    def run(lib, fn):
+        t = {name: _to_lib(lib, a, True) for name, a in dict(
+            q=q, k=k, v=v, w_in=w_in, b_in=b_in, w_out=w_out, b_out=b_out,
+            sk=static_k, sv=static_v).items()}
+        out, weights = fn(t["q"], t["k"], t["v"], E, NH, t["w_in"], t["b_in"], None, None,
+                          False, 0.0, t["w_out"], t["b_out"], static_k=t["sk"],
+                          static_v=t["sv"], average_attn_weights=False)
+        ((out * out).sum() + (weights * weights).sum()).backward()
+        return [out.detach().numpy(), weights.detach().numpy()] + [
+            t[n].grad.numpy() for n in ("q", "w_in", "b_in", "w_out", "b_out", "sk", "sv")]
+
+    ours = run(ta, multi_head_attention_forward)
+    theirs = run(torch, torch.nn.functional.multi_head_attention_forward)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, atol=1e-9, rtol=1e-9)
