@@ -226,7 +226,7 @@ def _saved_after_forward(module, x, hx=None):
     return saved, prof.summary()["saved_peak"]["unique_bytes_without_parameters"]
 
 
-@pytest.mark.parametrize("steps", [1, 4, 9])
+@pytest.mark.parametrize("steps", [1, 6])
 def test_ledger_explains_the_saved_bytes_per_time_step(steps):
     """What a sequence keeps for backward is exactly steps x (the cell's bytes per step)
     plus the input sequence, which the input projection's matmul keeps for w_ih's gradient
