@@ -168,6 +168,28 @@ def test_inference_mode_as_decorator_with_and_without_call(lib_name):
     assert (bare(), called(), off()) == (False, False, True)
 
 
+@pytest.mark.parametrize("lib_name", ["torch", "tinygrad_attn"])
+def test_no_grad_and_enable_grad_as_bare_decorators(lib_name):
+    lib = pytest.importorskip(lib_name)
+
+    @lib.no_grad
+    def off():
+        return lib.is_grad_enabled()
+
+    @lib.enable_grad
+    def on():
+        return lib.is_grad_enabled()
+
+    with lib.no_grad():
+        assert (off(), on(), lib.is_grad_enabled()) == (False, True, False)
+    assert lib.is_grad_enabled()
+
+
+def test_no_grad_refuses_an_argument_that_is_not_a_function():
+    with pytest.raises(TypeError, match=r"no_grad\(\) takes no arguments"):
+        ta.no_grad(1)  # torch returns a decorator that fails later, at the call
+
+
 # ----------------------------------------------------------------------------- cuda
 @no_gpu
 def test_cuda_without_a_gpu_behaves_as_torchs():

@@ -41,6 +41,14 @@ GradMode = _GradMode()
 
 class _GradModeContext:
     _target = True
+    _takes_no_arguments = False  # no_grad, enable_grad: also a bare decorator (@no_grad)
+
+    def __new__(cls, *args):
+        if cls._takes_no_arguments and args:
+            if len(args) == 1 and callable(args[0]):
+                return cls()(args[0])
+            raise TypeError(f"{cls.__name__}() takes no arguments")
+        return super().__new__(cls)
 
     def __enter__(self):
         self._prev = GradMode.enabled
@@ -62,12 +70,14 @@ class no_grad(_GradModeContext):
     """Context manager / decorator: ops run without recording a graph (nothing is saved)."""
 
     _target = False
+    _takes_no_arguments = True
 
 
 class enable_grad(_GradModeContext):
     """Context manager / decorator: turn recording back on inside a no_grad region."""
 
     _target = True
+    _takes_no_arguments = True
 
 
 class set_grad_enabled(_GradModeContext):
