@@ -366,6 +366,16 @@ def test_clip_grad_norm_other_norms_match_torch(norm_type):
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-14)
 
 
+def test_the_deprecated_clip_grad_norm_warns_and_clips():
+    ours = _params(_arrays(0))
+    for p, g in zip(ours, _arrays(1)):
+        p.grad = ta.tensor(g, dtype=ta.float64)
+    with pytest.warns(FutureWarning, match="deprecated in favor of"):
+        total = nn_utils.clip_grad_norm(ours, 0.5)
+    assert total.item() > 0.5
+    assert nn_utils.get_total_norm([p.grad for p in ours]).item() == pytest.approx(0.5)
+
+
 def test_clip_grad_norm_refuses_a_nonfinite_norm_when_asked():
     torch = _torch()
     ours, theirs = _params(_arrays(0)), _torch_params(_arrays(0))
