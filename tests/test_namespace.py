@@ -132,6 +132,14 @@ def test_device_goes_wherever_a_device_string_goes():
     assert (again.type, again.index) == ("cuda", 1)
 
 
+def test_device_as_a_default_device_block():
+    with ta.device("cpu"):
+        assert ta.zeros(2).device == "cpu"
+    with pytest.raises(NotImplementedError, match="pass device="):
+        with ta.device("cuda"):
+            pass
+
+
 def test_device_refuses_types_the_engine_lacks():
     with pytest.raises(RuntimeError, match="'mps'"):
         ta.device("mps")

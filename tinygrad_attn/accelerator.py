@@ -71,6 +71,17 @@ class device(str):  # noqa: N801 - torch's name
 
     __hash__ = str.__hash__
 
+    def __enter__(self):
+        """`with device("cpu"):` changes nothing, the CPU being every factory's default; a
+        block that would make a GPU the default device is refused (pass device= instead)."""
+        if self._type != "cpu":
+            raise NotImplementedError(f"with {self!r}: a default-device block is not "
+                                      "implemented; pass device= to the factories or .to()")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
     def __reduce__(self):
         return (device, (self._type, self._index))
 
