@@ -59,13 +59,11 @@ def _check_shapes(query, key, value, key_padding_mask, attn_mask, num_heads) -> 
             raise AssertionError("MultiheadAttention: for unbatched (2-D) query, expected "
                                  "key_padding_mask to be None or 1-D, got shape "
                                  f"{tuple(key_padding_mask.shape)}")
-        if attn_mask is not None:
-            want = (key.shape[0],) if attn_mask.ndim == 2 else (num_heads,)
-            if attn_mask.ndim not in (2, 3) or (attn_mask.ndim == 3
-                                                and attn_mask.shape[0] != num_heads):
-                raise AssertionError("MultiheadAttention: for unbatched (2-D) query, expected "
-                                     f"attn_mask of shape (L, S) or ({want[0]}, L, S), got "
-                                     f"{tuple(attn_mask.shape)}")
+        if attn_mask is not None and (attn_mask.ndim not in (2, 3) or (
+                attn_mask.ndim == 3 and attn_mask.shape[0] != num_heads)):
+            raise AssertionError("MultiheadAttention: for unbatched (2-D) query, expected "
+                                 f"attn_mask of shape (L, S) or (num_heads={num_heads}, L, S), "
+                                 f"got {tuple(attn_mask.shape)}")
         return False
     raise AssertionError(f"MultiheadAttention: query should be unbatched 2-D or batched 3-D, "
                          f"got {query.ndim}-D ({shapes()})")
