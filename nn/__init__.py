@@ -76,7 +76,8 @@ __all__ = [
 ]
 
 from . import data, init, modules, optim, parallel, utils  # noqa: E402
+from .parallel import DataParallel  # noqa: E402 - torch.nn.DataParallel (raises when made)
 from .serialization import load, load_metadata, save  # noqa: E402
 
 __all__ += ["init", "optim", "utils", "data", "save", "load", "load_metadata", "modules",
-            "parallel"]
+            "parallel", "DataParallel"]

@@ -416,6 +416,7 @@ def test_distributed_names_import_and_raise_on_use():
 def test_nn_parallel_wrappers_raise_on_use():
     from nn.parallel import DataParallel, DistributedDataParallel
 
+    assert nn.DataParallel is DataParallel
     model = nn.Linear(2, 2)
     for wrapper in (DistributedDataParallel, DataParallel):
         with pytest.raises(RuntimeError, match=f"{wrapper.__name__}: data-parallel"):
