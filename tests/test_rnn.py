@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+import nn
 import tinygrad_attn as ta
 from nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
@@ -268,3 +269,50 @@ def test_backward_frees_every_step_and_the_ops_say_what_they_keep():
     assert x.grad.shape == (T, B, I) and np.abs(x.grad.numpy()).sum() > 0
     docs = ta.ops.recurrent.LstmCell.__doc__
     assert "6s * B * H" in docs and "24 bytes per element in float32" in docs
+
+
+# ----------------------------------------------------------------------------- training
+def _char_model(nn_lib, V, E):
+    """Embedding -> 2-layer batch_first LSTM -> Linear, as a character model is written;
+    nn_lib is torch.nn or the engine's nn."""
+
+    class CharLSTM(nn_lib.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn_lib.Embedding(V, E)
+            self.lstm = (LSTM if nn_lib is nn else nn_lib.LSTM)(E, H, num_layers=2,
+                                                                batch_first=True)
+            self.head = nn_lib.Linear(H, V)
+
+        def forward(self, idx):
+            out, _ = self.lstm(self.embed(idx))
+            return self.head(out)
+
+    return CharLSTM()
+
+
+def test_training_steps_match_torch():
+    """Five SGD steps with momentum of a small character LSTM on one batch, torch's
+    initial weights loaded: the losses agree to 1e-10 in float64, and fall."""
+    torch = pytest.importorskip("torch")
+    V, E = 11, 5
+    torch.manual_seed(0)
+    theirs = _char_model(torch.nn, V, E).double()
+    ours = _char_model(nn, V, E).double()
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    batch = np.random.default_rng(0).integers(0, V, size=(B, T + 1))
+    losses = []
+    for lib, model, optim in ((torch, theirs, torch.optim), (ta, ours, nn.optim)):
+        opt = optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+        F = torch.nn.functional if lib is torch else nn.functional
+        idx, target = lib.tensor(batch[:, :-1]), lib.tensor(batch[:, 1:])
+        run = []
+        for _ in range(5):
+            loss = F.cross_entropy(model(idx).reshape(-1, V), target.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            run.append(loss.item())
+        losses.append(run)
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-10)
+    assert losses[0][-1] < losses[0][0] - 0.1  # it trains
