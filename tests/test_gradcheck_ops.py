@@ -1000,6 +1000,29 @@ def test_aminmax(layout):
     check(lambda x: ta.aminmax(x).max - x.aminmax().min, [((3, 4), layout, "real")])
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_products_of_given_ranks(layout):
+    check(lambda a, b: ta.dot(a[0], b[1]) + a.mv(b[0]).sum() + ta.outer(a[1], b[2]).sum(),
+          [((3, 4), layout, "real"), ((3, 4), "contiguous", "real")])
+    check(lambda c, a, b: ta.addmm(c, a, b.t(), beta=0.5, alpha=2),
+          [_c((3,)), ((3, 4), layout, "real"), ((3, 4), layout, "real")])
+    check(lambda c, a, b: c.baddbmm(a, b, alpha=-1),
+          [_c((2, 3, 2)), ((2, 3, 4), layout, "real"), _c((2, 4, 2))])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_addcmul_addcdiv_nansum_nanmean(layout):
+    check(lambda x, a, b: ta.addcmul(x, a, b, value=0.5) + x.addcdiv(a, b, value=2),
+          [((3, 4), layout, "real"), _c((4,)), ((3, 1), "contiguous", "positive")])
+    check(lambda x: ta.nansum(x, 1) + x.nanmean(0).sum(), [((3, 4), layout, "real")])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_select_ravel_fliplr_flipud(layout):
+    check(lambda x: x.select(1, -1) * 2 + ta.ravel(x)[:3] + x.fliplr()[0, :3]
+          + ta.flipud(x)[:, 0], [((3, 4), layout, "real")])
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 def test_named_tuple_fields_carry_the_gradient(layout):
     check(lambda x: x.max(dim=1).values + x.min(1, keepdim=True).values.sum()
@@ -1024,6 +1047,13 @@ TESTS_OF = {
     "nll_loss": test_losses_with_classes_and_weights,
     "binary_cross_entropy": test_losses_with_classes_and_weights,
     "mm": test_mm_bmm_t, "bmm": test_mm_bmm_t, "t": test_mm_bmm_t, "aminmax": test_aminmax,
+    "dot": test_products_of_given_ranks, "mv": test_products_of_given_ranks,
+    "outer": test_products_of_given_ranks, "addmm": test_products_of_given_ranks,
+    "baddbmm": test_products_of_given_ranks, "addcmul": test_addcmul_addcdiv_nansum_nanmean,
+    "addcdiv": test_addcmul_addcdiv_nansum_nanmean, "nansum": test_addcmul_addcdiv_nansum_nanmean,
+    "nanmean": test_addcmul_addcdiv_nansum_nanmean, "select": test_select_ravel_fliplr_flipud,
+    "ravel": test_select_ravel_fliplr_flipud, "fliplr": test_select_ravel_fliplr_flipud,
+    "flipud": test_select_ravel_fliplr_flipud,
 }
 TABLES = (UNARY, BINARY, VIEW_OPS, EXPAND_OPS, SQUEEZE_OPS, COPY_OPS, INPLACE)
 COVERED = {key for table in TABLES for key in table} | set(TESTS_OF)

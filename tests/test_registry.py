@@ -28,13 +28,15 @@ NOT_OPS = {
     "grad", "grad_fn", "is_contiguous", "is_cpu", "is_cuda", "is_leaf", "item", "itemsize",
     "nbytes", "ndim", "ndimension", "nelement", "new_empty", "new_full", "new_ones",
     "new_tensor", "new_zeros", "numpy", "register_hook", "requires_grad", "requires_grad_",
-    "retain_grad", "shape", "shares_storage", "size", "storage", "storage_offset", "stride",
-    "tolist", "untyped_storage",
+    "retain_grad", "retains_grad", "shape", "shares_storage", "size", "storage",
+    "storage_offset", "stride", "tolist", "untyped_storage",
 }
 
 # The op methods of torch.Tensor that ta.Tensor has; none may quietly disappear.
 TORCH_METHODS = {
-    "T", "abs", "absolute", "add", "add_", "all", "aminmax", "any", "argmax", "argmin",
+    "T", "abs", "absolute", "add", "add_", "addcdiv", "addcmul", "addmm", "all", "aminmax",
+    "any", "argmax", "argmin", "baddbmm", "dot", "fliplr", "flipud", "mv", "nanmean", "nansum",
+    "outer", "ravel", "select",
     "as_strided", "bitwise_not", "bmm", "bool", "broadcast_to", "byte", "char", "chunk",
     "clamp", "clamp_", "clip", "clone", "contiguous", "copy_", "cpu", "cuda", "div", "div_",
     "divide", "double", "eq", "exp", "expand", "expand_as", "fill_", "flatten", "flip", "float",

@@ -205,6 +205,58 @@ ROWS = {
         Case(lambda lib, x: x.t(), (r(4),)), Case(lambda lib, x: x.t(), (r(),)),
         Case(lambda lib, x: x.t(), (r(0, 3),)),
         Case(lambda lib, x: x.t(), (r(2, 3, 4),), raises=RuntimeError)],
+    "dot": [Case(lambda lib, a, b: lib.dot(a, b), (r(4), r(4, seed=1)), "sliced"),
+            Case(lambda lib, a, b: a.dot(b), (r(0), r(0))),
+            Case(lambda lib, a, b: lib.dot(a, b), (r(3), r(4)), raises=RuntimeError),
+            Case(lambda lib, a, b: lib.dot(a, b), (X, r(4)), raises=RuntimeError)],
+    "mv": [Case(lambda lib, a, v: lib.mv(a, v), (X, r(4, seed=1)), lay) for lay in LAYOUTS] + [
+        Case(lambda lib, a, v: a.mv(v), (r(0, 3), r(3))),
+        Case(lambda lib, a, v: lib.mv(a, v), (X, r(3)), raises=RuntimeError)],
+    "outer": [Case(lambda lib, a, b: lib.outer(a, b), (r(3), r(4, seed=1)), "sliced"),
+              Case(lambda lib, a, b: a.outer(b), (r(0), r(2))),
+              Case(lambda lib, a, b: lib.outer(a, b), (r(3, dtype=I64), r(2)))],
+    "addmm": [Case(lambda lib, c, a, b: lib.addmm(c, a, b), (r(3, 2), X, r(4, 2, seed=1)), lay)
+              for lay in LAYOUTS] + [
+        Case(lambda lib, c, a, b: lib.addmm(c, a, b, beta=0.5, alpha=2), (r(2), X, r(4, 2))),
+        Case(lambda lib, c, a, b: c.addmm(a, b, beta=0), (arr([np.nan, 1.0]), X, r(4, 2))),
+        Case(lambda lib, c, a, b: lib.addmm(c, a, b), (r(0, 2), r(0, 3), r(3, 2)))],
+    "baddbmm": [Case(lambda lib, c, a, b: lib.baddbmm(c, a, b, alpha=0.5),
+                     (r(2, 3, 2), r(2, 3, 4), r(2, 4, 2, seed=1)), "transposed"),
+                Case(lambda lib, c, a, b: c.baddbmm(a, b, beta=2), (r(1), r(2, 0, 4), r(2, 4, 1)))],
+    "addcmul": [Case(lambda lib, x, a, b: lib.addcmul(x, a, b, value=0.5), (X, r(4), r(3, 1)),
+                     lay) for lay in LAYOUTS] + [
+        Case(lambda lib, x, a, b: x.addcmul(a, b), (r(0, 2), r(2), r(2))),
+        Case(lambda lib, x, a, b: lib.addcmul(x, a, b, value=2),
+             (r(2, dtype=I64), r(2, dtype=I64), r(2, dtype=I64)))],
+    "addcdiv": [Case(lambda lib, x, a, b: lib.addcdiv(x, a, b, value=-0.5),
+                     (X, r(4), r(3, 1, lo=0.5)), lay) for lay in LAYOUTS] + [
+        Case(lambda lib, x, a, b: x.addcdiv(a, b), (r(0, 2), r(2), r(2, lo=0.5))),
+        Case(lambda lib, x, a, b: lib.addcdiv(x, a, b), (r(2), r(2, dtype=I64),
+                                                         r(2, dtype=I64, lo=1)),
+             raises=RuntimeError)],
+    "nansum": [Case(lambda lib, x: lib.nansum(x), (arr([[1.0, np.nan], [2.0, 3.0]]),)),
+               Case(lambda lib, x: x.nansum(1, keepdim=True), (arr([[1.0, np.nan], [2.0, 3.0]]),),
+                    "transposed"),
+               Case(lambda lib, x: lib.nansum(x, 0), (r(2, 3, dtype=I64),)),
+               Case(lambda lib, x: lib.nansum(x, 0, dtype=lib.float64), (r(2, 3, dtype=F32),)),
+               Case(lambda lib, x: lib.nansum(x, 1), (r(2, 0),))],
+    "nanmean": [Case(lambda lib, x: lib.nanmean(x), (arr([[1.0, np.nan], [2.0, 3.0]]),)),
+                Case(lambda lib, x: x.nanmean(0), (arr([[np.nan, np.nan], [2.0, 3.0]]),)),
+                Case(lambda lib, x: lib.nanmean(x, 1), (X,), "sliced"),
+                Case(lambda lib, x: lib.nanmean(x, 0), (r(0, 2),)),
+                Case(lambda lib, x: lib.nanmean(x), (r(2, dtype=I64),), raises=RuntimeError)],
+    # ------------------------------------------------------------------ views and shapes
+    "ravel": [Case(lambda lib, x: lib.ravel(x), (X,), lay) for lay in LAYOUTS] + [
+        Case(lambda lib, x: x.ravel(), (r(0, 3),)), Case(lambda lib, x: x.ravel(), (r(),))],
+    "select": [Case(lambda lib, x: lib.select(x, 1, -1), (X,), lay) for lay in LAYOUTS] + [
+        Case(lambda lib, x: x.select(0, 1), (r(3, 0),)),
+        Case(lambda lib, x: x.select(1, 4), (X,), raises=IndexError)],
+    "fliplr": [Case(lambda lib, x: lib.fliplr(x), (X,), "transposed"),
+               Case(lambda lib, x: x.fliplr(), (r(0, 3),)),
+               Case(lambda lib, x: x.fliplr(), (r(3),), raises=RuntimeError)],
+    "flipud": [Case(lambda lib, x: lib.flipud(x), (X,), "sliced"),
+               Case(lambda lib, x: x.flipud(), (r(0, 3),)),
+               Case(lambda lib, x: x.flipud(), (r(),), raises=RuntimeError)],
     # ------------------------------------------------------------------ views and shapes
     "reshape": [Case(lambda lib, x: lib.reshape(x, (4, 3)), (X,), "transposed"),
                 Case(lambda lib, x: x.reshape(shape=(2, 6)), (X,)),
@@ -400,6 +452,12 @@ def test_small_methods_match_torch():
         assert lib.numel(x) == 24 and lib.is_tensor(x) and not lib.is_tensor(x.tolist())
         assert tuple(x.size()) == (2, 3, 4) and x.size(-1) == 4 and x.size(dim=1) == 3
         assert x[0].t().shape == (4, 3) and tuple(x[0, 0].T.shape) == (4,)
+        y = (x * 2).sum(0)
+        assert not y.retains_grad
+    w = ta.ones(2, requires_grad=True)
+    h = w * 3
+    h.retain_grad()
+    assert h.retains_grad and not w.retains_grad
 
 
 # ----------------------------------------------------------------------------- varargs

@@ -139,6 +139,11 @@ class Tensor:
         return self.device == "cpu"
 
     @property
+    def retains_grad(self) -> bool:
+        """True for a non-leaf whose .grad backward keeps (retain_grad() was called)."""
+        return self._retains_grad
+
+    @property
     def _version(self) -> int:
         return self._storage.version
 

@@ -12,7 +12,7 @@ from ..autograd import Function
 from ..backend.dtypes import scalar_as
 from ._math_util import _binary, _grad_to, _require_float, _shape
 from ._util import Tensor, check_same_device, from_array
-from .elementwise import check_integer_divisor
+from .elementwise import Add, Div, Mul, add, check_integer_divisor, div, mul
 from .registry import op
 
 
@@ -188,3 +188,23 @@ def logaddexp(x, other): return LogAddExp.apply(x, other)
 
 @op(Lerp, method=True, ta=True)
 def lerp(x, end, weight): return Lerp.apply(x, end, weight)
+
+
+@op(Add, Mul, method=True, ta=True)
+def addcmul(input, tensor1, tensor2, *, value=1):  # noqa: A002 - torch's argument names
+    """input + value * tensor1 * tensor2 (an optimizer's fused update, in torch's spelling)."""
+    product = mul(tensor1, tensor2)
+    return add(input, product if value == 1 else mul(product, value))
+
+
+@op(Add, Mul, Div, method=True, ta=True)
+def addcdiv(input, tensor1, tensor2, *, value=1):  # noqa: A002
+    """input + value * tensor1 / tensor2; integer tensor1 and tensor2 are refused, as torch's
+    (it would be a floor division in old torch)."""
+    for t in (tensor1, tensor2):
+        if type(t) is Tensor and not (t.dtype.is_floating_point):
+            raise RuntimeError(f"addcdiv: integer division with addcdiv is no longer "
+                               f"supported (a {t.dtype.name} operand of shape "
+                               f"{tuple(t.shape)}); use input + value * tensor1 / tensor2")
+    quotient = div(tensor1, tensor2)
+    return add(input, quotient if value == 1 else mul(quotient, value))

@@ -1,12 +1,25 @@
 """einsum, mapped onto views and one batched matmul per pair of operands; and torch's
-mm and bmm, matmul with its operands' ranks checked."""
+products of given ranks, each a matmul with its operands checked: mm, bmm, dot, mv, outer,
+addmm, baddbmm."""
 
 from __future__ import annotations
 
 from .. import backend
 from ..errors import ShapeError
-from ._util import Tensor
-from .movement import Expand, Permute, ReshapeCopy, View, expand, permute, reshape
+from ._util import Tensor, from_array
+from .elementwise import Add, Mul, add, mul
+from .indexing import Where, where
+from .movement import (
+    Expand,
+    Permute,
+    ReshapeCopy,
+    Unsqueeze,
+    View,
+    expand,
+    permute,
+    reshape,
+    unsqueeze,
+)
 from .reduce import Matmul, Sum, matmul
 from .reduce import sum as sum_dims
 from .registry import op
@@ -178,3 +191,64 @@ def bmm(input, mat2):  # noqa: A002
     """A batch of matrix products: (b, n, m) @ (b, m, p) -> (b, n, p), no broadcasting."""
     _matrices("bmm", input, mat2, 3)
     return matmul(input, mat2)
+
+
+def _check_ranks(name: str, pairs) -> None:
+    for which, t, ndim in pairs:
+        if type(t) is not Tensor:
+            raise TypeError(f"{name}(): argument '{which}' must be Tensor, not "
+                            f"{type(t).__name__}")
+        if t.ndim != ndim:
+            raise RuntimeError(f"{name}: {which} must be {ndim}-D, got shape {tuple(t.shape)}")
+
+
+@op(Matmul, method=True, ta=True)
+def dot(input, tensor):  # noqa: A002 - torch's argument names
+    """The inner product of two 1-d tensors of one size: a 0-d tensor."""
+    _check_ranks("dot", (("input", input, 1), ("tensor", tensor, 1)))
+    if input.shape != tensor.shape:
+        raise RuntimeError(f"dot: inconsistent tensor size, expected tensor {tuple(input.shape)}"
+                           f" and src {tuple(tensor.shape)} to have the same number of elements")
+    return matmul(input, tensor)
+
+
+@op(Matmul, method=True, ta=True)
+def mv(input, vec):  # noqa: A002
+    """A matrix times a vector: (n, m) @ (m,) -> (n,)."""
+    _check_ranks("mv", (("input", input, 2), ("vec", vec, 1)))
+    if input.shape[1] != vec.shape[0]:
+        raise RuntimeError(f"mv: size mismatch, got input {tuple(input.shape)} and vec "
+                           f"{tuple(vec.shape)}")
+    return matmul(input, vec)
+
+
+@op(Unsqueeze, Mul, method=True, ta=True)
+def outer(input, vec2):  # noqa: A002
+    """The outer product of two 1-d tensors: (n,) x (m,) -> (n, m), a broadcast product."""
+    _check_ranks("outer", (("input", input, 1), ("vec2", vec2, 1)))
+    return mul(unsqueeze(input, 1), vec2)
+
+
+def _beta_alpha(input, product, beta, alpha):  # noqa: A002
+    """beta * input + alpha * product, as torch's addmm and baddbmm (beta=0 ignores input,
+    nan and inf included)."""
+    if alpha != 1:
+        product = mul(product, alpha)
+    if beta == 0:  # input's values are not read (a nan stays out); its gradient is zero
+        xp = backend.xp_for(product.device)
+        return where(from_array(xp.ones(product.shape, dtype=bool)), product, input)
+    return add(product, input if beta == 1 else mul(input, beta))
+
+
+@op(Matmul, Add, Mul, Where, method=True, ta=True)
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
+    """beta * input + alpha * (mat1 @ mat2): input broadcasts to the product's shape."""
+    _matrices("addmm", mat1, mat2, 2)
+    return _beta_alpha(input, matmul(mat1, mat2), beta, alpha)
+
+
+@op(Matmul, Add, Mul, Where, method=True, ta=True)
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
+    """beta * input + alpha * bmm(batch1, batch2)."""
+    _matrices("baddbmm", batch1, batch2, 3)
+    return _beta_alpha(input, matmul(batch1, batch2), beta, alpha)

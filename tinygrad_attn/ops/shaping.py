@@ -13,7 +13,20 @@ from ..autograd import Function
 from ..tensor import _make
 from ._axis import dim_of
 from ._util import Tensor, from_array, zeros_array
-from .movement import Expand, Permute, Transpose, View, expand, permute, transpose, view
+from .movement import (
+    Expand,
+    Permute,
+    ReshapeCopy,
+    Slice,
+    Transpose,
+    View,
+    expand,
+    getitem,
+    permute,
+    reshape,
+    transpose,
+    view,
+)
 from .registry import op
 
 
@@ -506,3 +519,35 @@ def pad(x, pad, mode="constant", value=None):  # noqa: A002 - torch's names
             f"3-4 or 4-5 D input, as torch")
     return Pad.apply(x, pads, mode, 0 if value is None else value)
 
+
+
+@op(View, ReshapeCopy, method=True, ta=True)
+def ravel(input):  # noqa: A002
+    """The elements as one dim: a view when the strides allow it, else a copy (reshape)."""
+    return reshape(input, (-1,))
+
+
+@op(Slice, method=True, ta=True)
+def select(input, dim, index):  # noqa: A002
+    """x.select(dim, i) = x[..., i, ...] at dim: a view without that dim."""
+    d = dim_of(input, dim, "select")
+    n = input.shape[d] if input.ndim else 1
+    if not -n <= index < n:
+        raise IndexError(f"select(): index {index} out of range for tensor of size "
+                         f"{list(input.shape)} at dimension {d}")
+    return getitem(input, (slice(None),) * d + (index,))
+
+
+@op(Flip, method=True, ta=True)
+def fliplr(input):  # noqa: A002
+    if input.ndim < 2:
+        raise RuntimeError(f"fliplr: input tensor must be at least 2-D (shape "
+                           f"{tuple(input.shape)})")
+    return Flip.apply(input, (1,))
+
+
+@op(Flip, method=True, ta=True)
+def flipud(input):  # noqa: A002
+    if input.ndim < 1:
+        raise RuntimeError("flipud: input tensor must be at least 1-D (a 0-d tensor given)")
+    return Flip.apply(input, (0,))

@@ -15,7 +15,11 @@ from .. import shape as shp
 from ..autograd import Function
 from ._math_util import wide
 from ._util import Tensor, from_array
-from .reduce import Mean, Std, Var, _axes, _keep_shape, mean
+from .elementwise import Div, div
+from .indexing import Where, where
+from .logical import isnan, logical_not
+from .reduce import Mean, Std, Sum, Var, _axes, _keep_shape, mean
+from .reduce import sum as sum_dims
 from .registry import op
 
 
@@ -261,6 +265,28 @@ def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch's signature, as var's."""
     dim, correction = _correction("std", dim, unbiased, correction)
     return Std.apply(x, dim=dim, keepdim=keepdim, correction=correction)
+
+
+def _nan_as_zero(x):
+    return where(isnan(x), 0.0, x) if x.dtype.is_floating_point else x
+
+
+@op(Where, Sum, method=True, ta=True)
+def nansum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    """sum with NaN counted as zero (the gradient is zero there)."""
+    return sum_dims(_nan_as_zero(input), dim, keepdim, dtype=dtype)
+
+
+@op(Where, Sum, Div, method=True, ta=True)
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    """The mean of the non-NaN elements (NaN where there is none)."""
+    if not (input.dtype.is_floating_point if dtype is None else
+            backend.to_dtype(dtype).is_floating_point):
+        raise RuntimeError(f"nanmean(): expected input to have floating point dtype but got "
+                           f"{input.dtype.name} (shape {tuple(input.shape)})")
+    x = input if dtype is None else input.to(dtype)
+    count = sum_dims(logical_not(isnan(x)), dim, keepdim)
+    return div(sum_dims(_nan_as_zero(x), dim, keepdim), count)
 
 
 @op(Var, Mean, ta=True)
