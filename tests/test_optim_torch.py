@@ -279,3 +279,38 @@ def test_a_user_optimizer_subclasses_the_base_as_in_torch():
     scheduler = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     scheduler.step()
     assert opt.param_groups[0]["lr"] == 0.25 and opt.param_groups[0]["initial_lr"] == 0.5
+
+
+DEVICE_CASES = [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1)),
+                ("Adam", dict(lr=0.1, amsgrad=True, maximize=True)),
+                ("AdamW", dict(lr=0.1)), ("Adadelta", {}), ("RMSprop", dict(centered=True)),
+                ("Adagrad", {}), ("NAdam", {}), ("RAdam", {}), ("Adamax", {}), ("Rprop", {}),
+                ("ASGD", dict(t0=1))]
+
+
+def test_every_optimizer_runs_on_the_device_as_on_the_cpu(device):
+    """The state lives on the parameter's device; a CPU state_dict loads onto it."""
+    for name, kw in DEVICE_CASES:
+        results = []
+        for where in ("cpu", device):
+            params = [p.to(where).detach().requires_grad_() for p in _ours(_arrays(0))]
+            opt = getattr(optim, name)(params, **kw)
+            for step in range(3):
+                for p, g in zip(params, _arrays(100 + step)):
+                    p.grad = ta.tensor(g, dtype=ta.float64).to(where)
+                opt.step()
+            for state in opt.state.values():
+                for value in state.values():
+                    if isinstance(value, ta.Tensor):
+                        assert str(value.device).startswith(where), (name, value.device)
+            results.append((_values([p.to("cpu") for p in params]), opt.state_dict()))
+        (cpu_values, cpu_state), (device_values, _) = results
+        for a, b in zip(cpu_values, device_values):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=name)
+        moved = [p.to(device).detach().requires_grad_() for p in _ours(_arrays(0))]
+        again = getattr(optim, name)(moved, **kw)
+        again.load_state_dict(cpu_state)
+        for state in again.state.values():
+            for value in state.values():
+                if isinstance(value, ta.Tensor):
+                    assert str(value.device).startswith(device), name
