@@ -102,6 +102,27 @@ def test_gradcheck_one_bias_and_one_step_of_a_chain():
     check(two_steps, _specs(4, 2, "sliced", False))
 
 
+@pytest.mark.parametrize("layer", ["LSTM", "GRU", "RNN"])
+def test_gradcheck_through_two_bidirectional_layers(layer):
+    """The layers' plumbing (the sequence's projection, its slices, the reverse direction,
+    the stacks, the cat of the directions, the final states) against finite differences,
+    without torch: gradients of the input and the initial states in float64."""
+    import nn.rnn
+
+    ta.manual_seed(5)
+    module = getattr(nn.rnn, layer)(3, H, num_layers=2, bidirectional=True, batch_first=True,
+                                    dtype=ta.float64)
+    lstm = layer == "LSTM"
+
+    def run(x, *states):
+        out, h_n = module(x, tuple(states) if lstm else states[0])
+        finals = h_n if lstm else (h_n,)
+        return (out.sum(dim=1),) + tuple(f * 0.5 for f in finals)
+
+    check(run, [((2, 3, 3), "sliced", "real")] + [((4, 2, H), "contiguous", "real")] *
+          (2 if lstm else 1))
+
+
 # ----------------------------------------------------------------------------- what they save
 def _cell_inputs(gates: int, dtype=ta.float32):
     ta.manual_seed(1)

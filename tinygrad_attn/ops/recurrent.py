@@ -236,8 +236,9 @@ class LstmCell(Function):
     Per time step, in bytes per element of batch x hidden (itemsize s, 4 for float32):
     gates 4s, c' s, c s, h s: 7s nominal; in a layer c is the previous step's c', so a
     step adds 6s * B * H (24 bytes per element in float32), and the first step's c once
-    more. x is kept only when the cell projects it (w_ih given); a layer passes the
-    projection instead (w_ih=None), whose matmul keeps the input sequence once.
+    more (unless it is h's storage too, as the zeros of a layer's hx=None). x is kept
+    only when the cell projects it (w_ih given); a layer passes the projection instead
+    (w_ih=None), whose matmul keeps the input sequence once.
     """
 
     @staticmethod
