@@ -1015,6 +1015,7 @@ def test_addcmul_addcdiv_nansum_nanmean(layout):
     check(lambda x, a, b: ta.addcmul(x, a, b, value=0.5) + x.addcdiv(a, b, value=2),
           [((3, 4), layout, "real"), _c((4,)), ((3, 1), "contiguous", "positive")])
     check(lambda x: ta.nansum(x, 1) + x.nanmean(0).sum(), [((3, 4), layout, "real")])
+    check(lambda x: x.nanmedian(1).values.sum() + ta.nanmedian(x), [((3, 4), layout, "real")])
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
@@ -1051,7 +1052,8 @@ TESTS_OF = {
     "outer": test_products_of_given_ranks, "addmm": test_products_of_given_ranks,
     "baddbmm": test_products_of_given_ranks, "addcmul": test_addcmul_addcdiv_nansum_nanmean,
     "addcdiv": test_addcmul_addcdiv_nansum_nanmean, "nansum": test_addcmul_addcdiv_nansum_nanmean,
-    "nanmean": test_addcmul_addcdiv_nansum_nanmean, "select": test_select_ravel_fliplr_flipud,
+    "nanmean": test_addcmul_addcdiv_nansum_nanmean,
+    "nanmedian": test_addcmul_addcdiv_nansum_nanmean, "select": test_select_ravel_fliplr_flipud,
     "ravel": test_select_ravel_fliplr_flipud, "fliplr": test_select_ravel_fliplr_flipud,
     "flipud": test_select_ravel_fliplr_flipud,
 }

@@ -35,8 +35,8 @@ NOT_OPS = {
 # The op methods of torch.Tensor that ta.Tensor has; none may quietly disappear.
 TORCH_METHODS = {
     "T", "abs", "absolute", "add", "add_", "addcdiv", "addcmul", "addmm", "all", "aminmax",
-    "any", "argmax", "argmin", "baddbmm", "dot", "fliplr", "flipud", "mv", "nanmean", "nansum",
-    "outer", "ravel", "select",
+    "any", "argmax", "argmin", "baddbmm", "dot", "fliplr", "flipud", "mv", "nanmean",
+    "nanmedian", "nansum", "outer", "ravel", "select",
     "as_strided", "bitwise_not", "bmm", "bool", "broadcast_to", "byte", "char", "chunk",
     "clamp", "clamp_", "clip", "clone", "contiguous", "copy_", "cpu", "cuda", "div", "div_",
     "divide", "double", "eq", "exp", "expand", "expand_as", "fill_", "flatten", "flip", "float",

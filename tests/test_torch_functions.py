@@ -95,6 +95,16 @@ ROWS = {
         Case(lambda lib, x: lib.aminmax(x, dim=-1), (r(2, 3, dtype=I64),)),
         Case(lambda lib, x: lib.aminmax(x), (r(),)),
         Case(lambda lib, x: lib.aminmax(x, dim=0), (r(3, 0),))],
+    # a slice of NaN only is left out with a dim: torch's index there is its kernel's choice
+    "nanmedian": [Case(lambda lib, x: lib.nanmedian(x),
+                       (arr([[1.0, np.nan, 3.0], [2.0, 5.0, 4.0]]),)),
+                  Case(lambda lib, x: x.nanmedian(1), (arr([[1.0, np.nan, 3.0, 2.0],
+                                                            [4.0, 1.0, np.nan, np.nan]]),)),
+                  Case(lambda lib, x: lib.nanmedian(x, 0, keepdim=True), (X,), "transposed"),
+                  Case(lambda lib, x: lib.nanmedian(x, -1), (r(3, 5, dtype=I64),)),
+                  Case(lambda lib, x: x.nanmedian(), (arr([np.nan, np.nan]),), grad=False),
+                  Case(lambda lib, x: lib.nanmedian(x, 0), (r(3, 0),)),
+                  Case(lambda lib, x: lib.nanmedian(x, 1), (r(3, 0),), raises=IndexError)],
     # ------------------------------------------------------------------ arithmetic
     "add": [Case(lambda lib, x, y: lib.add(x, y, alpha=2), (X, Y), lay) for lay in LAYOUTS] + [
         Case(lambda lib, x: lib.add(x, 3, alpha=2), (X,)),
@@ -342,6 +352,7 @@ NAMED = {  # op: (call, torch's field names)
     "cummax": (lambda lib, x: lib.cummax(x, 1), ("values", "indices")),
     "cummin": (lambda lib, x: x.cummin(0), ("values", "indices")),
     "aminmax": (lambda lib, x: lib.aminmax(x, dim=1), ("min", "max")),
+    "nanmedian": (lambda lib, x: x.nanmedian(0), ("values", "indices")),
 }
 
 

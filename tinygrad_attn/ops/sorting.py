@@ -125,11 +125,12 @@ def kthvalue(x, k, dim=-1, keepdim=False):
 
 
 class MedianAll(Function):
-    """y = the lower median of all elements (NaN if any is NaN);  gx = g / k at the k
-    positions equal to y, as torch's. Saves the mask of those positions (bool)."""
+    """y = the lower median of all elements (NaN if any is NaN; nanmedian: of the others,
+    NaN if all are);  gx = g / k at the k positions equal to y, as torch's. Saves the mask
+    of those positions (bool)."""
 
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, skip_nan=False):
         xp = backend.xp_for(x.device)
         X = x._array().reshape(-1)
         if X.size == 0:
@@ -137,7 +138,10 @@ class MedianAll(Function):
             return from_array(xp.asarray(xp.nan, dtype=X.dtype))
         S = xp.sort(X)  # NaN last
         nans = int(xp.sum(X != X))
-        Y = S[X.size - nans] if nans else S[(X.size - 1) // 2]
+        if skip_nan:
+            Y = S[(X.size - nans - 1) // 2] if nans < X.size else S[0]
+        else:
+            Y = S[X.size - nans] if nans else S[(X.size - 1) // 2]
         if x.dtype.is_floating_point:
             hit = (x._array() == Y) | ((x._array() != x._array()) & (Y != Y))
             ctx.save_for_backward(from_array(hit))
@@ -170,6 +174,24 @@ def median(x, dim=None, keepdim=False):
     nans = xp.sum(X != X, axis=d, keepdims=True)
     k = xp.where(nans > 0, n - nans, (n - 1) // 2).astype(xp.int64)
     return return_types.median(*_take(x, xp.take_along_axis(order, k, axis=d), d, keepdim))
+
+
+@op(MedianAll, TakeAlong, method=True, ta=True)
+def nanmedian(x, dim=None, keepdim=False):
+    """median with NaN left out: the lower median of the other elements (NaN where a slice
+    is all NaN, the index of its first), as torch's."""
+    _no_bool("nanmedian", x)
+    if dim is None:
+        return MedianAll.apply(x, skip_nan=True)
+    d = dim_of(x, dim, "nanmedian")
+    xp = backend.xp_for(x.device)
+    X = as_1d(x._array())
+    _nonempty(x, X, d, "nanmedian")
+    order = _argsort(xp, X, d, False)  # NaN last
+    valid = xp.sum(X == X, axis=d, keepdims=True)
+    k = xp.where(valid > 0, (valid - 1) // 2, 0).astype(xp.int64)
+    return return_types.nanmedian(*_take(x, xp.take_along_axis(order, k, axis=d), d,
+                                         keepdim))
 
 
 @op(TakeAlong, method=True, ta=True)
