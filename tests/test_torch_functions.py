@@ -313,6 +313,11 @@ ROWS = {
              Case(lambda lib, x: x.tile(2, 1), (r(0, 3),))],
     "repeat": [Case(lambda lib, x: x.repeat(2, 1, 3), (X,), "sliced"),
                Case(lambda lib, x: x.repeat((1, 2)), (r(0, 3),))],
+    "to": [Case(lambda lib, x: x.to("cpu", non_blocking=True), (X,), "transposed"),
+           Case(lambda lib, x: x.to(lib.float32, copy=True), (X,)),
+           Case(lambda lib, x: x.to(x, True, True) * 2, (X,)),
+           Case(lambda lib, x: x.to("cpu", lib.float64, False, True), (r(0, 2, dtype=F32),)),
+           Case(lambda lib, x: x.to("cpu", shiny=True), (X,), raises=TypeError)],
     # ------------------------------------------------------------------ nn functions as torch.*
     "conv1d": [Case(lambda lib, x, w: lib.conv1d(x, w, None, 1, 1), (r(2, 3, 5), r(4, 3, 3)))],
     "conv2d": [Case(lambda lib, x, w: lib.conv2d(x, w, padding=1),
@@ -469,6 +474,18 @@ def test_small_methods_match_torch():
     h = w * 3
     h.retain_grad()
     assert h.retains_grad and not w.retains_grad
+
+
+def test_to_returns_self_unless_it_must_copy_as_torch():
+    torch = pytest.importorskip("torch")
+    for lib in (ta, torch):
+        x = lib.ones(2, 3)
+        assert x.to("cpu", non_blocking=True) is x and x.to(x.dtype) is x
+        assert x.to(x, False, False) is x
+        for y in (x.to(lib.float32, copy=True), x.to("cpu", lib.float32, False, True)):
+            assert y is not x
+            y.add_(1)  # a copy: x keeps its values
+            assert x.tolist() == [[1.0] * 3] * 2 and y.tolist() == [[2.0] * 3] * 2
 
 
 # ----------------------------------------------------------------------------- varargs

@@ -425,7 +425,7 @@ class Tensor:
     def expand_as(self, other): return _ops.expand(self, other.shape)
 
     def cpu(self): return _ops.to(self, "cpu")
-    def cuda(self, device=None):
+    def cuda(self, device=None, non_blocking=False):
         return _ops.to(self, "cuda" if device is None else f"cuda:{int(device)}")
     def float(self): return _ops.to(self, backend.float32)
     def double(self): return _ops.to(self, backend.float64)

@@ -565,13 +565,21 @@ def _names_dtype(text: str) -> bool:
     return True
 
 
-@op(Cast, ToDevice, method=("to", "cpu", "cuda", "float", "double", "half", "long", "int",
-                             "bool", "byte", "char", "short", "type", "type_as"))
+@op(Cast, ToDevice, Contiguous, method=("to", "cpu", "cuda", "float", "double", "half",
+                                         "long", "int", "bool", "byte", "char", "short",
+                                         "type", "type_as"))
 def to(x, *args, **kwargs):
-    """x.to(device), x.to(dtype), x.to(device, dtype) or x.to(other_tensor)."""
+    """x.to(device), x.to(dtype), x.to(device, dtype) or x.to(other_tensor), then torch's
+    non_blocking and copy (positional or keywords): copy=True always copies; non_blocking
+    and memory_format change nothing (every copy here is synchronous, every layout kept)."""
     device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    flags = [kwargs.pop("non_blocking", False), kwargs.pop("copy", False)]
+    kwargs.pop("memory_format", None)
     if kwargs:
         raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
+    bools = [a for a in args if isinstance(a, bool)]
+    args = [a for a in args if not isinstance(a, bool)]
+    flags[:len(bools)] = bools
     for a in args:
         if type(a) is Tensor:
             device, dtype = a.device, a.dtype
@@ -589,5 +597,5 @@ def to(x, *args, **kwargs):
         if device != x.device:
             backend.xp_for(device)  # a clear error when CUDA is not available
             out = ToDevice.apply(out, device)
-    return out
+    return clone(out) if flags[1] and out is x else out
 
