@@ -63,6 +63,8 @@ class Adam(Optimizer):
         lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
         beta1, beta2 = group["betas"]
         decoupled = group["decoupled_weight_decay"]
+        maximize, coupled_wd = group["maximize"], 0.0 if decoupled else wd
+        plain = not maximize and coupled_wd == 0  # the update reads p.grad as it is
         by_step: dict = {}
         for p in group["params"]:
             if p.grad is None:
@@ -74,7 +76,7 @@ class Adam(Optimizer):
                 state["exp_avg_sq"] = self._new_buffer(p)
                 if group["amsgrad"]:
                     state["max_exp_avg_sq"] = self._new_buffer(p)
-            grad = read_grad(p, group["maximize"], 0.0 if decoupled else wd)
+            grad = p.grad if plain else read_grad(p, maximize, coupled_wd)
             if group["amsgrad"]:
                 state["step"] += 1
                 self._amsgrad_update(p, grad, state, lr, beta1, beta2, eps,
