@@ -198,3 +198,15 @@ def test_the_runner_refuses_a_missing_script(tmp_path, capsys):
         compat.main([str(tmp_path / "nope.py")])
     assert e.value.code == 2
     assert "no such script: " in capsys.readouterr().err
+
+
+def test_the_readme_example_runs_under_the_runner_with_its_memory_report(capsys):
+    example = ROOT / "examples" / "pytorch_gpt.py"
+    code = compat.main(["--memory-report", str(example), "--steps", "2", "--n-layer", "1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "step   0  loss" in out and "step   1  loss" in out
+    assert "=== memory ledger of pytorch_gpt.py (tinygrad_attn.compat) ===" in out
+    # saved tensors are charged to the example's own lines and its modules' names
+    assert "saved            float32[8, 32, 256] from Gelu in blocks.0.mlp.1 at " \
+           "pytorch_gpt.py:51" in out
