@@ -31,23 +31,114 @@ def _install_array_module(module):
     return previous
 
 
+_TYPES = ("cpu", "cuda")
+
+
+def _parse_index(text: str, spec: str) -> int:
+    if not text.isdigit():
+        raise RuntimeError(f"Invalid device string: {spec!r} (expected 'cpu', 'cuda' or "
+                           "'cuda:N' with N a non-negative integer)")
+    return int(text)
+
+
+class device(str):  # noqa: N801 - torch's name
+    """torch.device: `device("cpu")`, `device("cuda:1")`, `device("cuda", 1)`, `device(0)`.
+
+    A str subclass holding the device string, so `x.to(device("cpu"))` and
+    `zeros(2, device=device("cpu"))` work as with the string, and `x.device == device("cpu")`
+    holds (unlike torch, `device("cpu") == "cpu"` is True here, since the engine's devices
+    are strings)."""
+
+    def __new__(cls, type_or_str, index: int | None = None):
+        if isinstance(type_or_str, device) and index is None:
+            return type_or_str
+        if isinstance(type_or_str, int) and not isinstance(type_or_str, bool):
+            if index is not None:
+                raise TypeError("device(): an integer device takes no index")
+            kind, index = "cuda", type_or_str
+        elif isinstance(type_or_str, str):
+            kind, sep, rest = type_or_str.partition(":")
+            if sep:
+                if index is not None:
+                    raise RuntimeError("device(): type (string) must not include an index "
+                                       f"because index was passed explicitly: {type_or_str}")
+                index = _parse_index(rest, type_or_str)
+        else:
+            raise TypeError(f"device(): expected a string or an integer, got "
+                            f"{type(type_or_str).__name__} {type_or_str!r}")
+        if kind not in _TYPES:
+            raise RuntimeError(f"device(): the engine has devices of type {_TYPES}, got "
+                               f"{kind!r} in {type_or_str!r}")
+        if index is not None:
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise TypeError(f"device(): index must be an integer, got {index!r}")
+            if index < 0:
+                raise RuntimeError(f"Device index must not be negative, got {index}")
+        self = super().__new__(cls, kind if index is None else f"{kind}:{index}")
+        self._type, self._index = kind, index
+        return self
+
+    @property
+    def type(self) -> str:
+        return self._type
+
+    @property
+    def index(self) -> int | None:
+        return self._index
+
+    def __repr__(self) -> str:
+        if self._index is None:
+            return f"device(type='{self._type}')"
+        return f"device(type='{self._type}', index={self._index})"
+
+    __hash__ = str.__hash__
+
+    def __enter__(self):
+        """`with device("cpu"):` changes nothing, the CPU being every factory's default; a
+        block that would make a GPU the default device is refused (pass device= instead)."""
+        if self._type != "cpu":
+            raise NotImplementedError(f"with {self!r}: a default-device block is not "
+                                      "implemented; pass device= to the factories or .to()")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def __reduce__(self):
+        return (device, (self._type, self._index))
+
+
+_CANONICAL: dict = {}  # 'cpu', 'cuda:N' -> its device object, made once
+
+
+def _dev(text: str) -> device:
+    found = _CANONICAL.get(text)
+    return found if found is not None else _CANONICAL.setdefault(text, device(text))
+
+
+_CPU = _dev("cpu")
+
+
 def canonical_device(device, arg: str = "device") -> str:
     """The one device parser: None, 'cpu', 'cpu:0', 'cuda', 'cuda:N' (or an object with a
-    .type and .index, as torch.device) -> 'cpu' / 'cuda:N'. Every factory, `.to` and the
-    memory functions that take a device read it here; `arg` names the argument in errors."""
+    .type and .index, as torch.device) -> 'cpu' / 'cuda:N', as a `device` (the string, with
+    torch.device's .type and .index). Every factory, `.to` and the memory functions that take
+    a device read it here; `arg` names the argument in errors."""
     if device is None:
-        return "cpu"
+        return _dev("cpu")
+    if _CANONICAL.get(device) is device:  # already canonical: made by _dev below
+        return device
     if hasattr(device, "type") and hasattr(device, "index") and not isinstance(device, str):
         device = device.type if device.index is None else f"{device.type}:{device.index}"
     if not isinstance(device, str):
         raise TypeError(f"{arg} must be a string such as 'cpu', 'cuda' or 'cuda:0', got "
                         f"{type(device).__name__} {device!r}")
     if device in ("cpu", "cpu:0"):
-        return "cpu"
+        return _dev("cpu")
     if device == "cuda":
-        return f"cuda:{_current_cuda_index()}"
+        return _dev(f"cuda:{_current_cuda_index()}")
     if device.startswith("cuda:") and device[5:].isdigit():
-        return f"cuda:{int(device[5:])}"
+        return _dev(f"cuda:{int(device[5:])}")
     raise ValueError(f"unknown device {device!r} for {arg}: expected 'cpu', 'cuda' or 'cuda:N' "
                      "(N a GPU number, from 0)")
 
@@ -112,10 +203,11 @@ def synchronize(device: str | None = None) -> None:
 
 
 def device_of(arr) -> str:
+    """The device holding `arr`, as its canonical `device` object ("cpu", "cuda:N")."""
     if type(arr) is np.ndarray or isinstance(arr, np.ndarray):
-        return "cpu"
+        return _CPU
     if cp is not None and isinstance(arr, cp.ndarray):
-        return f"cuda:{arr.device.id}"
+        return _dev(f"cuda:{arr.device.id}")
     raise TypeError(f"not an array: {type(arr).__name__}")
 
 
