@@ -342,11 +342,3 @@ def from_dlpack(obj) -> Tensor:
     flat, strides, offset = span
     storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr), shape=arr.shape)
     return _make(storage, arr.shape, strides, offset)
-
-
-
-# The sampling ops that take a tensor (the fills uniform_, normal_, ..., and bernoulli,
-# normal, poisson, multinomial) live in the op layer; creation is imported while the op
-# layer loads (ops/nn.py reads default_generator), before Tensor attaches the registered
-# methods, so importing them here registers them in time.
-from .ops import random as _random_ops  # noqa: E402,F401

@@ -22,6 +22,8 @@ from . import (  # noqa: F401
     nonlinear,
     norm,
     pooling,
+    random,
+    recurrent,
     reduce,
     rotary,
     rounding,
