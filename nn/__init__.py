@@ -81,3 +81,26 @@ from .serialization import load, load_metadata, save  # noqa: E402
 
 __all__ += ["init", "optim", "utils", "data", "save", "load", "load_metadata", "modules",
             "parallel", "DataParallel"]
+
+from .attention import MultiheadAttention  # noqa: E402
+from .rnn import (  # noqa: E402
+    GRU,
+    LSTM,
+    RNN,
+    GRUCell,
+    LSTMCell,
+    RNNBase,
+    RNNCell,
+    RNNCellBase,
+)
+from .transformer import (  # noqa: E402
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
+__all__ += ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
+            "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerEncoderLayer",
+            "TransformerDecoder", "TransformerDecoderLayer"]

@@ -21,3 +21,7 @@ def linear(x, weight, bias=None):
 
 
 __all__ = [*_ops.names("functional"), "linear"]
+
+from .attention import multi_head_attention_forward  # noqa: E402,F401 - written in nn
+
+__all__.append("multi_head_attention_forward")
