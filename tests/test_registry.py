@@ -68,7 +68,7 @@ TA_NOT_IN_TORCH = {"checkpoint"}  # torch.utils.checkpoint.checkpoint
 
 # Names the functional modules have besides the registered functional ops.
 FUNCTIONAL_EXTRAS = {"adamw_update_"}  # ta.functional: the fused optimizer step
-NN_FUNCTIONAL_EXTRAS = {"linear"}  # nn.functional: a composition written in nn
+NN_FUNCTIONAL_EXTRAS = {"linear", "multi_head_attention_forward"}  # compositions written in nn
 
 
 def _op_modules():
