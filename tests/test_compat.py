@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,15 @@ def run(tmp_path: Path, source: str, *args: str, runner_args=(), name="script.py
     """Write `source` as tmp_path/name and run it under the compat runner."""
     script = tmp_path / name
     script.write_text(textwrap.dedent(source))
+    return run_file(tmp_path, script, *args, runner_args=runner_args)
+
+
+def run_file(cwd: Path, script: Path, *args: str, runner_args=()):
+    """Run `script` under the compat runner in a child process."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "tinygrad_attn.compat", *runner_args, str(script), *args]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
 def run_here(tmp_path: Path, source: str, *runner_args: str) -> int:
@@ -210,3 +215,35 @@ def test_the_readme_example_runs_under_the_runner_with_its_memory_report(capsys)
     # saved tensors are charged to the example's own lines and its modules' names
     assert "saved            float32[8, 32, 256] from Gelu in blocks.0.mlp.1 at " \
            "pytorch_gpt.py:51" in out
+
+
+PROGRAM_SMOKE = {  # each program as a user runs it: random batches, dropout, sampling
+    "char_gpt.py": ["--steps", "3", "--eval-every", "2", "--eval-iters", "1",
+                    "--generate", "20"],
+    "gpt_trainer.py": ["--max-iters", "3", "--dropout", "0.1", "--compile", "--out-dir", "o"],
+    "char_mlp.py": ["--max-steps", "3", "--epochs", "1"],
+    "mnist_cnn.py": ["--max-steps", "3", "--save-model"],
+}
+
+
+def test_every_program_runs_under_the_runner_as_a_user_runs_it(tmp_path):
+    """No torch needed: tests/programs/ in their default modes (the random batches, dropout,
+    shuffling and sampling that test_programs_vs_torch turns off to compare with torch)."""
+    def smoke(name):
+        cwd = tmp_path / name.removesuffix(".py")
+        cwd.mkdir()
+        script = ROOT / "tests" / "programs" / name
+        proc = run_file(cwd, script, *PROGRAM_SMOKE[name])
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (name, proc.stderr)
+        assert " loss " in proc.stdout, (name, proc.stdout[-1000:])
+        return proc
+
+    with ThreadPoolExecutor(2) as pool:
+        procs = dict(zip(PROGRAM_SMOKE, pool.map(smoke, PROGRAM_SMOKE)))
+    sampled = [line for line in procs["char_gpt.py"].stdout.splitlines()
+               if line.startswith("tokens ")]
+    assert len(sampled[0].split()) == 1 + 21  # the prompt and 20 sampled by multinomial
+    assert (tmp_path / "gpt_trainer" / "o" / "ckpt.pt").stat().st_size > 10_000
+    assert "compile" in procs["gpt_trainer.py"].stderr  # torch.compile says it does nothing
+    assert "Test set: Average loss:" in procs["mnist_cnn.py"].stdout
+    assert (tmp_path / "mnist_cnn" / "mnist_cnn.pt").stat().st_size > 10_000
