@@ -17,6 +17,7 @@ import pytest
 from rows_vs_torch import Case, arr, case_ids, check_case
 
 import tinygrad_attn as ta
+from tinygrad_attn.ops.inplace import RESULT_METHODS
 from tinygrad_attn.ops.registry import REGISTRY
 
 B, I32, I64 = np.bool_, np.int32, np.int64
@@ -335,6 +336,69 @@ ROWS = {
     "avg_pool1d": [Case(lambda lib, x: lib.avg_pool1d(x, 3, 2, 1), (r(2, 3, 7),))],
     "adaptive_avg_pool1d": [Case(lambda lib, x: lib.adaptive_avg_pool1d(x, 2), (r(2, 3, 5),))],
 }
+
+
+
+def _ip(x, name, *args, **kwargs):
+    """x.<name>_(*args) on a non-leaf copy of x (the gradient reaches x through it)."""
+    y = x * 1
+    out = getattr(y, f"{name}_")(*args, **kwargs)
+    assert out is y
+    return y
+
+
+def _in_place(name, *args, **kwargs):  # the row's tensors first, then args
+    return lambda lib, x, *tensors: _ip(x, name, *tensors, *args, **kwargs)
+
+
+UNIT = r(3, 4, lo=0.1) * 0.4  # in (0.04, 0.84): every unary op's domain but acosh's
+_UNARY_INPLACE = [m[:-1] for m in RESULT_METHODS
+                  if m[:-1] in ("abs", "absolute", "acos", "arccos", "arcsin", "arcsinh",
+                                "arctan", "arctanh", "asin", "asinh", "atan", "atanh",
+                                "ceil", "cos", "cosh", "erf", "erfc", "erfinv", "exp", "exp2",
+                                "expm1", "fix", "floor", "frac", "log", "log10", "log1p",
+                                "log2", "nan_to_num", "neg", "negative", "reciprocal", "relu",
+                                "round", "rsqrt", "sgn", "sigmoid", "sign", "sin", "sinh",
+                                "sqrt", "square", "tan", "tanh", "trunc")]
+# torch has no derivative for the in-place inverse hyperbolic functions: values only
+_NO_TORCH_GRAD = {"arcsinh", "arctanh", "asinh", "atanh"}
+ROWS["inplace"] = [Case(_in_place(n), (UNIT,), "transposed", grad=n not in _NO_TORCH_GRAD)
+                   for n in _UNARY_INPLACE] + [
+    Case(_in_place("acosh"), (r(3, 4, lo=1.5),), grad=False),
+    Case(_in_place("pow", 2), (X,), "sliced"), Case(_in_place("pow"), (X, r(4, lo=1))),
+    Case(_in_place("remainder", 1.5), (X,)), Case(_in_place("fmod"), (X, r(4, lo=0.5))),
+    Case(_in_place("atan2"), (X, Y)), Case(_in_place("arctan2"), (X, Y)),
+    Case(_in_place("hypot"), (X, Y)), Case(_in_place("copysign"), (X, Y)),
+    Case(_in_place("lerp"), (X, Y, r(3, 1, seed=2))),
+    Case(_in_place("floor_divide", 2), (X,), grad=False),
+    Case(_in_place("true_divide"), (X, r(4, lo=0.5))), Case(_in_place("divide", 2), (X,)),
+    Case(_in_place("multiply"), (X, Y)), Case(_in_place("subtract", alpha=2), (X, Y)),
+    Case(_in_place("clip", -0.5, 0.5), (X,)), Case(_in_place("nan_to_num", 0.0, 1.0),
+                                                   (arr([np.nan, np.inf, 2.0]),)),
+    Case(_in_place("tril"), (X,)), Case(_in_place("triu", 1), (X,), "transposed"),
+    Case(_in_place("cumsum", 1), (X,)), Case(_in_place("cumprod", 0), (X,)),
+    Case(_in_place("addcmul", value=0.5), (X, Y, r(3, 1))),
+    Case(_in_place("addcdiv"), (X, Y, r(3, 1, lo=0.5))),
+    Case(_in_place("addmm", beta=0.5), (r(3, 2), X, r(4, 2))),
+    Case(_in_place("baddbmm"), (r(2, 3, 2), r(2, 3, 4), r(2, 4, 2))),
+    Case(lambda lib, x, i, v: _ip(x, "index_add", 0, i, v), (X, arr([2, 0], I64), r(2, 4))),
+    Case(lambda lib, x, i, v: _ip(x, "scatter", 1, i, v), (X, arr([[0], [2], [1]], I64),
+                                                         r(3, 1))),
+    Case(lambda lib, x, i: _ip(x, "scatter", 1, i, 1.0), (X, arr([[0], [2], [1]], I64))),
+    Case(lambda lib, x, i, v: _ip(x, "scatter_add", 0, i, v), (X, arr([[1, 0, 2, 2]], I64),
+                                                             r(1, 4))),
+    Case(lambda lib, x, i: _ip(x, "index_fill", 1, i, -1.0), (X, arr([0, 3], I64))),
+    Case(lambda lib, x, i, v: _ip(x, "index_copy", 0, i, v), (X, arr([1], I64), r(1, 4))),
+    Case(_in_place("masked_scatter"), (X, arr([[True, False, True, False]] * 3, B), r(12))),
+    Case(_in_place("sigmoid"), (r(0, 3),)),
+    # a comparison written in: no gradient (torch's is zeros)
+    Case(_in_place("eq", 0.5), (arr([0.5, 1.0]),), grad=False),
+    Case(_in_place("lt"), (X, Y), grad=False),
+    Case(_in_place("logical_not"), (arr([0.0, 2.0]),), grad=False),
+    Case(_in_place("bitwise_and", 6), (r(2, 3, dtype=I64),)),
+    Case(_in_place("exp"), (r(2, 3, dtype=I64),), raises=RuntimeError),
+    Case(_in_place("pow"), (r(4), X), raises=RuntimeError),  # the result does not fit
+]
 
 PARAMS, IDS = case_ids(ROWS)
 

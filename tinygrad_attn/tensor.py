@@ -605,7 +605,27 @@ def _ones_like_array(t: Tensor):
 
 
 from . import ops as _ops  # noqa: E402  (the op layer; methods above forward to it at call time)
+from .autograd import GradMode  # noqa: E402  (read by the in-place forms below)
+
+
+def _result_inplace(name: str):
+    """x.exp_(), x.scatter_(...): the method `name` run out of place, its result written
+    into x. While recording, the op runs on a copy of x: what its backward saves of x
+    must keep the values from before the write (torch saves the original too)."""
+    def method(self, *args, **kwargs):
+        recording = GradMode.enabled and (self.requires_grad or any(
+            isinstance(a, Tensor) and a.requires_grad for a in args))
+        src = _ops.clone(self) if recording else self
+        result = getattr(src, name)(*args, **kwargs)
+        return _ops.inplace(self, "result", f"{name}_", result)
+
+    method.__name__ = method.__qualname__ = f"{name}_"
+    return method
+
 
 for _name, _fn in _ops.names("method").items():
-    if _name not in Tensor.__dict__:  # written out above: a signature of its own
-        setattr(Tensor, _name, _fn)
+    if _name in Tensor.__dict__:  # written out above: a signature of its own
+        continue
+    if _fn is _ops.inplace:  # the in-place form of another op (exp_ of exp)
+        _fn = _result_inplace(_name[:-1])
+    setattr(Tensor, _name, _fn)

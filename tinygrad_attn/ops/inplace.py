@@ -335,10 +335,37 @@ def _guard(op: str, x: Tensor, *others) -> None:
     check_inplace(op, x, recording)
 
 
+# torch's in-place forms of the other ops (x.exp_(), x.scatter_(...)): the op's result, made
+# out of place and copied in (kind "result"; tensor.py makes each method from its name)
+RESULT_METHODS = tuple(f"{name}_" for name in (
+    "abs", "absolute", "acos", "acosh", "addcdiv", "addcmul", "addmm", "arccos", "arccosh",
+    "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "asin", "asinh", "atan", "atan2",
+    "atanh", "baddbmm", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
+    "bitwise_right_shift", "bitwise_xor", "ceil", "clip", "copysign", "cos", "cosh",
+    "cumprod", "cumsum", "divide", "eq", "erf", "erfc", "erfinv", "exp", "exp2", "expm1",
+    "fix", "floor", "floor_divide", "fmod", "frac", "ge", "greater", "greater_equal", "gt",
+    "hypot", "index_add", "index_copy", "index_fill", "le", "lerp", "less", "less_equal",
+    "log", "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or",
+    "logical_xor", "lt", "masked_scatter", "multiply", "nan_to_num", "ne", "neg", "negative",
+    "not_equal", "pow", "reciprocal", "relu", "remainder", "round", "rsqrt", "scatter",
+    "scatter_add", "scatter_reduce", "sgn", "sigmoid", "sign", "sin", "sinh", "sqrt",
+    "square", "subtract", "tan", "tanh", "tril", "triu", "true_divide", "trunc"))
+
+
 @op(AddInplace, MulInplace, DivInplace, FillInplace, CopyInplace, MaskedFillInplace,
     ClampInplace, method=("add_", "sub_", "mul_", "div_", "zero_", "fill_", "copy_",
-                          "masked_fill_", "clamp_"))
+                          "masked_fill_", "clamp_") + RESULT_METHODS)
 def inplace(x: Tensor, kind: str, *args):
+    if kind == "result":  # inplace(x, "result", "exp_", x.exp()): the result, copied in
+        op, result = args
+        _guard(op, x, result)
+        check_internal_overlap(op, x._shape, x._strides)
+        _check_broadcast_into(op, x, result)
+        if result.shape != x.shape:
+            raise ShapeError(f"{op}: the result's shape {tuple(result.shape)} is not the "
+                             f"in-place target's {tuple(x.shape)}")
+        _check_cast_back(op, x, result)
+        return CopyInplace.apply(x, result)
     op = "div_" if kind == "rounded_div" else f"{kind}_"
     _guard(op, x, *args)
     check_same_device(op, x, *args)
