@@ -19,6 +19,9 @@ import test_losses
 import test_ops_indexing_more
 import test_ops_math
 import test_ops_reduce
+import test_random_rows
+import test_recurrent_rows
+import test_torch_functions
 from rows_vs_torch import Case, check_case
 
 import nn
@@ -27,7 +30,7 @@ from tinygrad_attn.ops.registry import REGISTRY
 
 B, I64, F32, F64 = np.bool_, np.int64, np.float32, np.float64
 TABLES = (C, test_ops_math, test_ops_reduce, test_activations, test_losses,
-          test_ops_indexing_more)
+          test_ops_indexing_more, test_torch_functions, test_random_rows, test_recurrent_rows)
 HOWS = ("split", "sliced", "transposed", "expanded")
 
 
@@ -147,6 +150,18 @@ EXTRA = {
     "adaptive_avg_pool2d": [Case(lambda lib, x: F(lib).adaptive_avg_pool2d(x, 2),
                                  (z(0, 2, 4, 4),))],
     "avg_pool1d": [Case(lambda lib, x: F(lib).avg_pool1d(x, 2), (z(0, 2, 4),))],
+    # the samplers: an empty draw is empty in torch's shape and dtype, whatever the stream
+    "bernoulli": [Case(lambda lib, x: lib.bernoulli(x), (z(0, 3),))],
+    "normal": [Case(lambda lib, x: lib.normal(x, 1.0), (z(0, 3),))],
+    "poisson": [Case(lambda lib, x: lib.poisson(x), (z(3, 0),))],
+    "bernoulli_": [Case(lambda lib, x: (x * 1.0).bernoulli_(0.5), (z(0, 3),))],
+    "cauchy_": [Case(lambda lib, x: (x * 1.0).cauchy_(), (z(0, 3),))],
+    "exponential_": [Case(lambda lib, x: (x * 1.0).exponential_(), (z(2, 0),))],
+    "geometric_": [Case(lambda lib, x: (x * 1.0).geometric_(0.5), (z(0, 3),))],
+    "log_normal_": [Case(lambda lib, x: (x * 1.0).log_normal_(), (z(0, 3),))],
+    "normal_": [Case(lambda lib, x: (x * 1.0).normal_(), (z(0, 2, 3),))],
+    "random_": [Case(lambda lib, x: (x * 1.0).random_(0, 5), (z(0, 3),))],
+    "uniform_": [Case(lambda lib, x: (x * 1.0).uniform_(), (z(3, 0),))],
     "avg_pool2d": [Case(lambda lib, x: F(lib).avg_pool2d(x, 2), (z(0, 2, 4, 4),))],
     "max_pool1d": [Case(lambda lib, x: F(lib).max_pool1d(x, 2), (z(0, 2, 4),))],
     "max_pool2d": [Case(lambda lib, x: F(lib).max_pool2d(x, 2), (z(0, 2, 4, 4),))],
@@ -245,6 +260,8 @@ EXTRA = {
 NOT_COVERED = {
     "adamw_update_": "the optimizer's fused in-place step: a parameter, not an operand; "
                      "tests/test_fused_adamw.py covers it",
+    "is_nonzero": "an empty tensor has no truth value: every empty row raises "
+                  "(tests/test_torch_functions.py checks that it does)",
 }
 
 
