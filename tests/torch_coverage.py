@@ -132,112 +132,97 @@ GROUPS = [
 GAPS = {
     "torch": """
         Event ModuleDict ParameterDict Size abs_ acos_ acosh_ adaptive_max_pool1d addbmm
-        addcdiv addcmul addmm addmv addmv_ addr alpha_dropout alpha_dropout_ arccos_ arccosh_
-        arcsin_ arcsinh_ arctan_ arctanh_ are_deterministic_algorithms_enabled argwhere
-        as_strided_ as_strided_scatter as_tensor asarray asin_ asinh_ atan_ atanh_ atleast_1d
-        atleast_2d atleast_3d baddbmm batch_norm bilinear binary_cross_entropy_with_logits
-        bincount binomial block_diag broadcast_shapes broadcast_tensors bucketize can_cast
-        cartesian_prod cdist ceil_ celu_ chain_matmul channel_shuffle clamp_ clamp_max
-        clamp_max_ clamp_min clamp_min_ clip_ column_stack combinations concat concatenate
-        conv3d conv_transpose3d corrcoef cos_ cosh_ cosine_embedding_loss cosine_similarity
-        cov cpu cross ctc_loss cudnn_is_acceptable cumulative_trapezoid deg2rad deg2rad_
-        detach detach_ diag_embed diagflat diagonal_scatter diff dist dot dropout dropout_
-        dsplit dstack e embedding embedding_bag empty_permuted empty_strided equal erf_ erfc_
-        exp2_ exp_ expm1_ feature_alpha_dropout feature_alpha_dropout_ feature_dropout
-        feature_dropout_ fill fill_ finfo fix_ fliplr flipud float_power floor_ fmax fmin
-        frac_ frexp gcd gcd_ ger get_default_device get_deterministic_debug_mode get_device
-        get_device_module get_num_interop_threads gradient hardshrink heaviside
-        hinge_embedding_loss histc histogram histogramdd hsplit hstack iinfo index_put
-        index_put_ index_reduce inf inner instance_norm int is_anomaly_check_nan_enabled
-        is_anomaly_enabled is_deterministic_algorithms_warn_only_enabled is_inference
-        is_same_size is_signed is_warn_always_enabled isin isneginf isposinf isreal kl_div
-        kron lcm lcm_ ldexp ldexp_ log10_ log1p_ log2_ log_ logaddexp2 logit logit_ logspace
-        margin_ranking_loss masked math max_pool1d_with_indices max_pool3d msort mv
-        mvlgamma nan nan_to_num_ nanmean nanmedian nanquantile nansum neg_ negative_ newaxis
-        nextafter nonzero_static outer pairwise_distance pdist pi pixel_shuffle
-        pixel_unshuffle poisson_nll_loss positive prelu put quantile rad2deg rad2deg_ range
-        ravel reciprocal_ relu_ renorm resize_as_ result_type rot90 round_ row_stack rrelu
-        rrelu_ rsqrt_ rsub scalar_tensor searchsorted select select_scatter selu_
-        set_anomaly_enabled set_default_device set_default_tensor_type
-        set_deterministic_debug_mode set_num_interop_threads set_printoptions
-        set_warn_always sigmoid_ signbit sin_ sinc sinc_ sinh_ slice_scatter split_with_sizes
-        sqrt_ square_ tan_ tanh_ take tensor_split tensordot threshold threshold_ to_dlpack
-        trace trapezoid trapz triplet_margin_loss trunc_ unique unique_consecutive
-        unravel_index use_deterministic_algorithms utils vander vdot vsplit vstack xlogy
-        xlogy_ zero_ select_copy
+        addmv addmv_ addr alpha_dropout alpha_dropout_ arccos_ arccosh_ arcsin_ arcsinh_
+        arctan_ arctanh_ are_deterministic_algorithms_enabled argwhere as_strided_
+        as_strided_scatter as_tensor asarray asin_ asinh_ atan_ atanh_ atleast_1d
+        atleast_2d atleast_3d batch_norm bilinear binary_cross_entropy_with_logits
+        bincount binomial block_diag broadcast_shapes broadcast_tensors bucketize
+        can_cast cartesian_prod cdist ceil_ celu_ chain_matmul channel_shuffle clamp_
+        clamp_max clamp_max_ clamp_min clamp_min_ clip_ column_stack combinations concat
+        concatenate conv3d conv_transpose3d corrcoef cos_ cosh_ cosine_embedding_loss
+        cosine_similarity cov cpu cross ctc_loss cudnn_is_acceptable
+        cumulative_trapezoid deg2rad deg2rad_ detach detach_ diag_embed diagflat
+        diagonal_scatter diff dist dropout dropout_ dsplit dstack embedding
+        embedding_bag empty_permuted empty_strided equal erf_ erfc_ exp2_ exp_ expm1_
+        feature_alpha_dropout feature_alpha_dropout_ feature_dropout feature_dropout_
+        fill fill_ fix_ float_power floor_ fmax fmin frac_ frexp gcd gcd_ ger
+        get_default_device get_deterministic_debug_mode get_device get_device_module
+        get_num_interop_threads gradient hardshrink heaviside hinge_embedding_loss histc
+        histogram histogramdd hsplit hstack index_put index_put_ index_reduce inner
+        instance_norm int is_anomaly_check_nan_enabled is_anomaly_enabled
+        is_deterministic_algorithms_warn_only_enabled is_inference is_same_size
+        is_signed is_warn_always_enabled isin isneginf isposinf isreal kl_div kron lcm
+        lcm_ ldexp ldexp_ log10_ log1p_ log2_ log_ logaddexp2 logit logit_ logspace
+        margin_ranking_loss masked math max_pool1d_with_indices max_pool3d msort
+        mvlgamma nan_to_num_ nanquantile neg_ negative_ nextafter nonzero_static
+        pairwise_distance pdist pixel_shuffle pixel_unshuffle poisson_nll_loss positive
+        prelu put quantile rad2deg rad2deg_ range reciprocal_ relu_ renorm resize_as_
+        result_type rot90 round_ row_stack rrelu rrelu_ rsqrt_ rsub scalar_tensor
+        searchsorted select_scatter selu_ set_anomaly_enabled set_default_device
+        set_default_tensor_type set_deterministic_debug_mode set_num_interop_threads
+        set_printoptions set_warn_always sigmoid_ signbit sin_ sinc sinc_ sinh_
+        slice_scatter split_with_sizes sqrt_ square_ tan_ tanh_ take tensor_split
+        tensordot threshold threshold_ to_dlpack trace trapezoid trapz
+        triplet_margin_loss trunc_ unique unique_consecutive unravel_index
+        use_deterministic_algorithms vander vdot vsplit vstack xlogy xlogy_ zero_
+        select_copy
     """,
     "torch.Tensor": """
-        abs_ absolute_ acos_ acosh_ addbmm addbmm_ addcdiv addcdiv_ addcmul addcmul_ addmm
-        addmm_ addmv addmv_ addr addr_ arccos_ arccosh_ arcsin_ arcsinh_ arctan2_ arctan_
-        arctanh_ argwhere as_strided_ as_strided_scatter asin_ asinh_ atan2_ atan_ atanh_
-        baddbmm baddbmm_ bfloat16 bincount bitwise_and_ bitwise_left_shift_ bitwise_not_
-        bitwise_or_ bitwise_right_shift_ bitwise_xor_ ceil_ clamp_max clamp_max_ clamp_min
-        clamp_min_ clip_ copysign_ corrcoef cos_ cosh_ cov cross cumprod_ cumsum_ deg2rad
-        deg2rad_ diag_embed diagflat diagonal_scatter diff dist divide_ dot dsplit eq_ equal
-        erf_ erfc_ erfinv_ exp2_ exp_ expm1_ fill_diagonal_ fix_ fliplr flipud float_power
-        float_power_ floor_ floor_divide_ fmax fmin fmod_ frac_ frexp gcd gcd_ ge_ ger
-        greater_ greater_equal_ gt_ hardshrink heaviside heaviside_ histc histogram hsplit
-        hypot_ index index_add_ index_copy_ index_fill_ index_put index_put_ index_reduce
-        index_reduce_ inner is_inference is_meta is_same_size is_signed isneginf isposinf
-        isreal kron lcm lcm_ ldexp ldexp_ le_ lerp_ less_ less_equal_ log10_ log1p_ log2_
-        log_ logaddexp2 logical_and_ logical_not_ logical_or_ logical_xor_ logit logit_ lt_
-        masked_scatter_ msort multiply_ mv nan_to_num_ nanmean nanmedian nanquantile nansum
-        ne_ neg_ negative_ new_empty_strided nextafter nextafter_ nonzero_static not_equal_
-        outer positive pow_ prelu put put_ quantile rad2deg rad2deg_ ravel reciprocal_
-        register_post_accumulate_grad_hook relu_ remainder_ renorm renorm_ resize_
-        resize_as resize_as_ retains_grad rot90 round_ rsqrt_ scatter_ scatter_add_
-        scatter_reduce_ select select_scatter sgn_ sigmoid_ sign_ signbit sin_ sinc sinc_
-        sinh_ slice_scatter split_with_sizes sqrt_ square_ squeeze_ subtract_ sum_to_size
-        swapaxes_ swapdims_ t_ take tan_ tanh_ tensor_split trace transpose_ tril_ triu_
-        true_divide_ trunc_ unique unique_consecutive unsqueeze_ vdot vsplit xlogy xlogy_
+        addbmm addbmm_ addmv addmv_ addr addr_ argwhere as_strided_ as_strided_scatter
+        bfloat16 bincount clamp_max clamp_max_ clamp_min clamp_min_ corrcoef cov cross
+        deg2rad deg2rad_ diag_embed diagflat diagonal_scatter diff dist dsplit equal
+        fill_diagonal_ float_power float_power_ fmax fmin frexp gcd gcd_ ger hardshrink
+        heaviside heaviside_ histc histogram hsplit index index_put index_put_
+        index_reduce index_reduce_ inner is_inference is_meta is_same_size is_signed
+        isneginf isposinf isreal kron lcm lcm_ ldexp ldexp_ logaddexp2 logit logit_
+        msort nanquantile new_empty_strided nextafter nextafter_ nonzero_static positive
+        prelu put put_ quantile rad2deg rad2deg_ register_post_accumulate_grad_hook
+        renorm renorm_ resize_ resize_as resize_as_ rot90 select_scatter signbit sinc
+        sinc_ slice_scatter split_with_sizes squeeze_ sum_to_size swapaxes_ swapdims_ t_
+        take tensor_split trace transpose_ unique unique_consecutive unsqueeze_ vdot
+        vsplit xlogy xlogy_
     """,
     "torch.nn": """
         AdaptiveAvgPool3d AdaptiveLogSoftmaxWithLoss AdaptiveMaxPool1d AdaptiveMaxPool2d
         AdaptiveMaxPool3d AlphaDropout AvgPool3d BatchNorm3d Bilinear Buffer CTCLoss
-        ChannelShuffle CircularPad1d CircularPad2d CircularPad3d ConstantPad1d ConstantPad2d
-        ConstantPad3d Conv3d ConvTranspose3d CosineEmbeddingLoss CosineSimilarity
-        CrossMapLRN2d Dropout1d Dropout2d Dropout3d EmbeddingBag FeatureAlphaDropout Fold
-        FractionalMaxPool2d FractionalMaxPool3d GRU GRUCell GaussianNLLLoss Hardshrink
-        HingeEmbeddingLoss InstanceNorm1d InstanceNorm2d InstanceNorm3d LPPool1d LPPool2d
-        LPPool3d LSTM LSTMCell LinearCrossEntropyLoss LinearCrossEntropyOptions
-        LocalResponseNorm MarginRankingLoss MaxPool3d MaxUnpool1d MaxUnpool2d MaxUnpool3d
-        MultiLabelMarginLoss MultiLabelSoftMarginLoss MultiMarginLoss MultiheadAttention
+        ChannelShuffle CircularPad1d CircularPad2d CircularPad3d ConstantPad1d
+        ConstantPad2d ConstantPad3d Conv3d ConvTranspose3d CosineEmbeddingLoss
+        CosineSimilarity CrossMapLRN2d Dropout1d Dropout2d Dropout3d EmbeddingBag
+        FeatureAlphaDropout Fold FractionalMaxPool2d FractionalMaxPool3d GaussianNLLLoss
+        Hardshrink HingeEmbeddingLoss InstanceNorm1d InstanceNorm2d InstanceNorm3d
+        LPPool1d LPPool2d LPPool3d LinearCrossEntropyLoss LinearCrossEntropyOptions
+        LocalResponseNorm MarginRankingLoss MaxPool3d MaxUnpool1d MaxUnpool2d
+        MaxUnpool3d MultiLabelMarginLoss MultiLabelSoftMarginLoss MultiMarginLoss
         NLLLoss2d PReLU PairwiseDistance ParameterDict ParameterList PixelShuffle
-        PixelUnshuffle PoissonNLLLoss RNN RNNBase RNNCell RNNCellBase RReLU ReflectionPad1d
-        ReflectionPad2d ReflectionPad3d ReplicationPad1d ReplicationPad2d ReplicationPad3d
-        SoftMarginLoss Softmax2d Softshrink Tanhshrink Threshold Transformer
-        TransformerDecoder TransformerDecoderLayer TransformerEncoder TransformerEncoderLayer
-        TripletMarginLoss TripletMarginWithDistanceLoss Unfold Upsample UpsamplingBilinear2d
+        PixelUnshuffle PoissonNLLLoss RReLU ReflectionPad1d ReflectionPad2d
+        ReflectionPad3d ReplicationPad1d ReplicationPad2d ReplicationPad3d
+        SoftMarginLoss Softmax2d Softshrink Tanhshrink Threshold TripletMarginLoss
+        TripletMarginWithDistanceLoss Unfold Upsample UpsamplingBilinear2d
         UpsamplingNearest2d ZeroPad1d ZeroPad2d ZeroPad3d grad parameter
     """,
     "torch.nn.functional": """
         adaptive_avg_pool3d adaptive_max_pool1d adaptive_max_pool1d_with_indices
         adaptive_max_pool2d adaptive_max_pool2d_with_indices adaptive_max_pool3d
-        adaptive_max_pool3d_with_indices affine_grid alpha_dropout avg_pool3d bilinear celu_
-        channel_shuffle conv3d conv_tbc conv_transpose3d cosine_embedding_loss
+        adaptive_max_pool3d_with_indices affine_grid alpha_dropout avg_pool3d bilinear
+        celu_ channel_shuffle conv3d conv_tbc conv_transpose3d cosine_embedding_loss
         cosine_similarity ctc_loss dropout1d dropout2d dropout3d elu_ embedding_bag
-        feature_alpha_dropout fold fractional_max_pool2d fractional_max_pool2d_with_indices
-        fractional_max_pool3d fractional_max_pool3d_with_indices gaussian_nll_loss grad
-        grid_sample gumbel_softmax hardshrink hardtanh_ hinge_embedding_loss instance_norm
-        interpolate leaky_relu_ linear_cross_entropy local_response_norm lp_pool1d lp_pool2d
-        lp_pool3d margin_ranking_loss max_pool1d_with_indices max_pool2d_with_indices
-        max_pool3d max_pool3d_with_indices max_unpool1d max_unpool2d max_unpool3d
-        multi_head_attention_forward multi_margin_loss multilabel_margin_loss
+        feature_alpha_dropout fold fractional_max_pool2d
+        fractional_max_pool2d_with_indices fractional_max_pool3d
+        fractional_max_pool3d_with_indices gaussian_nll_loss grad grid_sample
+        gumbel_softmax hardshrink hardtanh_ hinge_embedding_loss instance_norm
+        interpolate leaky_relu_ linear_cross_entropy local_response_norm lp_pool1d
+        lp_pool2d lp_pool3d margin_ranking_loss max_pool1d_with_indices
+        max_pool2d_with_indices max_pool3d max_pool3d_with_indices max_unpool1d
+        max_unpool2d max_unpool3d multi_margin_loss multilabel_margin_loss
         multilabel_soft_margin_loss native_channel_shuffle pairwise_distance pdist
         pixel_shuffle pixel_unshuffle poisson_nll_loss prelu relu_ rrelu rrelu_ selu_
         soft_margin_loss softshrink tanhshrink threshold threshold_ triplet_margin_loss
         triplet_margin_with_distance_loss unfold
     """,
     "torch.optim": """
-        ASGD Adafactor LBFGS Muon Rprop SparseAdam swa_utils
-        swap_in_optimizer_params_and_state
+        Adafactor LBFGS Muon SparseAdam swa_utils swap_in_optimizer_params_and_state
     """,
-    "torch.utils.data": """
-        BatchSampler ChainDataset ConcatDataset DataLoader Dataset IterableDataset
-        RandomSampler Sampler SequentialSampler StackDataset Subset SubsetRandomSampler
-        TensorDataset WeightedRandomSampler dataloader dataset default_collate
-        default_convert random_split sampler
-    """,
+    "torch.utils.data": """""",
 }
 
 
@@ -301,7 +286,8 @@ def classify():
         gaps = set(GAPS.get(label, "").split())
         names = _public(theirs)
         row = {"provided": [], "groups": {g[0]: [] for g in GROUPS}, "gaps": [],
-               "unassigned": [], "not_in_torch": sorted(gaps - set(names))}
+               "unassigned": [], "not_in_torch": sorted(gaps - set(names)),
+               "stale_gaps": sorted(n for n in gaps & set(names) if _has(ours, n))}
         for name in names:
             if _has(ours, name):
                 row["provided"].append(name)
@@ -373,6 +359,9 @@ def main(argv: list[str]) -> int:
         problems += [f"{label}: GAPS names that torch {version} does not have: "
                      f"{' '.join(row['not_in_torch'])}"
                      for label, row in table.items() if row["not_in_torch"]]
+        problems += [f"{label}: GAPS names the engine now provides (remove them from GAPS): "
+                     f"{' '.join(row['stale_gaps'])}"
+                     for label, row in table.items() if row["stale_gaps"]]
         old = PAGE.read_text() if PAGE.exists() else ""
         if old != text:
             changed = [line[:160] for line in difflib.unified_diff(
