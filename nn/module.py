@@ -15,6 +15,7 @@ backward) is attributed to the module that asked for it.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
@@ -370,7 +371,9 @@ class Module:
 # every required positional argument of forward (x, idx, input, target). A user's module
 # may take anything, so only the nn package's classes are checked; a container
 # (Sequential) passes its input to a child, which checks it.
-_TENSOR_ARGS: dict = {}
+# Keyed weakly: a user's class (and, through its methods, its module's globals and the model
+# in them) must not stay alive because it was once called.
+_TENSOR_ARGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _tensor_args(cls) -> tuple:
