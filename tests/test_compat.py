@@ -41,6 +41,14 @@ def run_here(tmp_path: Path, source: str, *runner_args: str) -> int:
     return compat.main([*runner_args, str(script)])
 
 
+def test_resolve_ignores_the_real_torch_already_imported():
+    """A process that imported the real torch (a test suite, a notebook) still resolves torch
+    names to the engine: sys.modules' real torch.nn.modules is never the parent looked in."""
+    pytest.importorskip("torch.nn.modules.linear")
+    assert compat.resolve("torch.nn.modules.linear") is importlib.import_module(
+        "nn.modules.linear")
+
+
 def test_the_table_resolves_torch_names_to_engine_modules():
     assert compat.resolve("torch") is ta
     assert compat.resolve("torch.nn") is nn

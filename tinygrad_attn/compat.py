@@ -82,9 +82,7 @@ def resolve(torch_name: str) -> types.ModuleType:
     parent_name, _, leaf = torch_name.rpartition(".")
     if not parent_name:
         raise MissingTorchName(missing_line(torch_name), name=torch_name)
-    parent = sys.modules.get(parent_name)
-    if parent is None:
-        parent = resolve(parent_name)
+    parent = resolve(parent_name)  # never sys.modules: it may hold the real torch's modules
     attr = getattr(parent, leaf, None)
     if isinstance(attr, types.ModuleType):
         return attr
