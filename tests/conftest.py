@@ -113,3 +113,26 @@ def load_example(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+# ----------------------------------------------------------------------------- gradgradcheck
+# The gradgradcheck column of the op tables: every test of tests/test_gradcheck_*.py runs
+# twice, as "d1" (its gradcheck as written) and as "d2", where ta.gradcheck is
+# ta.gradgradcheck with the same inputs (the same contiguous, transposed, sliced and
+# broadcast views) and tolerances. An op with a gradcheck row thus has a gradgradcheck row,
+# and the registry test's row check covers both (tests/test_registry.py).
+def pytest_generate_tests(metafunc):
+    if metafunc.module.__name__.startswith("test_gradcheck_") \
+            and "derivative_order" in metafunc.fixturenames:
+        metafunc.parametrize("derivative_order", [1, 2], indirect=True, ids=["d1", "d2"])
+
+
+@pytest.fixture(autouse=True)
+def derivative_order(request, monkeypatch):
+    order = getattr(request, "param", 1)
+    if order == 2:
+        def second_order(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, **kw):
+            return ta.gradgradcheck(fn, inputs, eps=eps, atol=atol, rtol=rtol, **kw)
+
+        monkeypatch.setattr(ta, "gradcheck", second_order)
+    return order

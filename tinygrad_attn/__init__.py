@@ -31,7 +31,7 @@ from .creation import (  # noqa: F401
     set_rng_state, tensor, zeros, zeros_like,
 )
 from .errors import DeviceMismatchError, OutOfMemoryError, ShapeError  # noqa: F401
-from .gradcheck import GradcheckError, gradcheck  # noqa: F401
+from .gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: F401
 from .storage import Storage  # noqa: F401
 from .backend import Generator  # noqa: F401
 from .tensor import Tensor  # noqa: F401
@@ -57,6 +57,7 @@ _LAZY = {
     "nn": ("nn", None),
     "optim": ("nn", "optim"),
     "utils": ("tinygrad_attn.utils", None),
+    "func": ("tinygrad_attn.func", None),
     "random": ("tinygrad_attn.random", None),
     "return_types": ("tinygrad_attn.return_types", None),
     "serialization": ("tinygrad_attn.serialization", None),
@@ -107,7 +108,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Tensor", "Storage", "Function", "no_grad", "enable_grad", "set_grad_enabled",
     "is_grad_enabled", "tensor", "zeros", "ones", "empty", "full", "arange", "randn", "rand",
-    "randint", "zeros_like", "ones_like", "manual_seed", "gradcheck", "from_dlpack",
-    "set_num_threads", "get_num_threads", "device", "inference_mode", "autocast",
+    "randint", "zeros_like", "ones_like", "manual_seed", "gradcheck", "gradgradcheck",
+    "from_dlpack", "set_num_threads", "get_num_threads", "device", "inference_mode", "autocast",
     "bfloat16", "compile",
 ]

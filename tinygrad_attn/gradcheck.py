@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from . import backend
-from .autograd import grad, no_grad
+from .autograd import enable_grad, grad, no_grad
 from .tensor import Tensor, from_array
 
 
@@ -114,3 +114,87 @@ def _mismatches(xp, analytical, numerical, outs, inputs, atol, rtol, max_report)
                     f"numerical {float(num[r, c]):+.8g}"
                 )
     return lines
+
+
+def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: float = 1e-5,
+                  rtol: float = 1e-3, gen_non_contig_grad_outputs: bool = False,
+                  raise_exception: bool = True, nondet_tol: float = 0.0,
+                  check_undefined_grad: bool = True, check_grad_dtypes: bool = False,
+                  check_batched_grad: bool = False, check_fwd_over_rev: bool = False,
+                  check_rev_over_rev: bool = True, fast_mode: bool = False, masked=None,
+                  max_report: int = 10) -> bool:
+    """Check second derivatives: the gradient of func's vector-Jacobian product (recorded
+    with create_graph=True) against finite differences of that product, with torch's
+    signature. `grad_outputs` (float64, one per output) default to random tensors that
+    require grad (non-contiguous with gen_non_contig_grad_outputs), so that the check covers
+    the derivative with respect to them too.
+
+    Also checks that the recorded first gradient equals the plain (create_graph=False) one
+    to 1e-10: the recorded path must compute the same values as the array path (which may
+    run a compiled kernel). Arguments of torch's that concern what the engine does not have
+    (forward mode, batched gradients) are accepted and must keep their defaults.
+    """
+    if check_fwd_over_rev or check_batched_grad:
+        raise NotImplementedError("gradgradcheck: the engine has no forward-mode AD or vmap; "
+                                  "check_fwd_over_rev and check_batched_grad must be False")
+    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    checked = _checked_inputs(inputs)
+    outs = _outputs(func(*inputs))
+    if grad_outputs is None:
+        grad_outputs = tuple(_random_like(o, gen_non_contig_grad_outputs) for o in outs)
+    else:
+        grad_outputs = (grad_outputs,) if isinstance(grad_outputs, Tensor) \
+            else tuple(grad_outputs)
+    n = len(inputs)
+
+    def first_gradient(*args, create_graph=True):
+        with enable_grad():  # also when gradcheck evaluates it for finite differences
+            pairs = [(o, g) for o, g in zip(_outputs(func(*args[:n])), args[n:])
+                     if o.requires_grad]
+            if not pairs:
+                return ()
+            grads = grad([o for o, _ in pairs], [args[i] for i in checked],
+                         [g for _, g in pairs], create_graph=create_graph, allow_unused=True)
+        return tuple(g for g in grads if g is not None)
+
+    try:
+        _same_first_gradient(first_gradient, inputs + grad_outputs)
+        if check_rev_over_rev:
+            gradcheck(first_gradient, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,
+                      max_report=max_report)
+    except GradcheckError:
+        if raise_exception:
+            raise
+        return False
+    return True
+
+
+def _random_like(o: Tensor, non_contiguous: bool) -> Tensor:
+    """A float64 tensor of o's shape, normal(0, 1), requiring grad (a leaf)."""
+    from .creation import randn  # noqa: PLC0415 - creation sits beside gradcheck's layer
+
+    if non_contiguous:
+        t = randn(*o.shape, 2, dtype=o.dtype)[..., 0]
+    else:
+        t = randn(*o.shape, dtype=o.dtype)
+    t = t.detach()
+    t.requires_grad = True
+    return t
+
+
+def _same_first_gradient(first_gradient, args) -> None:
+    """The recorded gradient's values against the plain one's."""
+    recorded = first_gradient(*args, create_graph=True)
+    plain = first_gradient(*args, create_graph=False)
+    if len(recorded) != len(plain):
+        raise GradcheckError(f"gradgradcheck: create_graph=True gave {len(recorded)} "
+                             f"gradients, create_graph=False {len(plain)}")
+    for k, (r, p) in enumerate(zip(recorded, plain)):
+        a, b = r.detach()._array(), p._array()
+        xp = backend.xp_for(r.device)
+        if a.shape != b.shape or r.dtype is not p.dtype or \
+                bool(xp.any(xp.abs(a - b) > 1e-10 * (1 + xp.abs(b)))):
+            raise GradcheckError(
+                f"gradgradcheck: gradient {k} recorded with create_graph=True (shape "
+                f"{a.shape}, {r.dtype.name}) differs from the plain one (shape {b.shape}, "
+                f"{p.dtype.name}): the recorded backward must compute the same values")

@@ -325,10 +325,12 @@ class Tensor:
         self.requires_grad = False
         return self
 
-    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> None:
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs=None) -> None:
         from .autograd import backward
 
-        backward([self], None if gradient is None else [gradient], retain_graph=retain_graph)
+        backward([self], None if gradient is None else [gradient], retain_graph=retain_graph,
+                 create_graph=create_graph, inputs=inputs)
 
     def register_hook(self, hook):
         """hook(grad) -> None or a replacement grad; runs when this tensor's grad is computed."""
@@ -560,6 +562,9 @@ def _make(storage: Storage, shape, strides, offset: int, data=None, base=None) -
 def from_array(arr, copy_reason: str | None = None) -> Tensor:
     """Wrap a freshly computed numpy/cupy array as a Tensor over a new Storage (no copy)."""
     if not backend.is_array(arr):  # numpy returns scalars from reductions of 0-d arrays
+        recorded = getattr(arr, "_as_recorded", None)
+        if recorded is not None:  # inside a create_graph backward: the array records ops
+            return recorded()
         arr = backend.ensure_array(arr)
     storage, shape, strides, offset = wrap_array(arr, copy_reason)
     return _make(storage, shape, strides, offset, arr if offset == 0 else None)

@@ -30,3 +30,15 @@ from .graph import (  # noqa: F401
     set_grad_enabled,
 )
 from .trace import Trace, trace  # noqa: F401
+
+
+def __getattr__(name: str):
+    # ta.autograd.functional (jacobian, hessian, vjp, jvp, hvp, vhp) sits above the op layer
+    # (it builds tensors with the ops); bound on first use so that autograd never imports it
+    if name == "functional":
+        import importlib
+
+        module = importlib.import_module(f"{__name__}.functional")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,18 @@ from ..errors import DeviceMismatchError
 from ..memory import state as ledger_state
 from ..shape import has_internal_overlap, index_geometry, view_strides
 from ..tensor import Tensor, _ones_like_array, _zeros_array, from_array
-from .graph import AccumulateGrad, Node, _notify, _relabel, _restore, gradient_edge
+from .graph import (
+    AccumulateGrad,
+    GradMode,
+    Node,
+    Recorded,
+    _notify,
+    _relabel,
+    _restore,
+    gradient_edge,
+    recording_state,
+    unwrap,
+)
 
 # Tracers (autograd.trace) watching a backward run, told what the ledger's observers are not
 # told: the gradients a node receives and hands on, slices routed and leaves accumulated.
@@ -36,20 +47,49 @@ def _tell_tracers(event: str, *args) -> None:
 
 
 # ----------------------------------------------------------------------------- public API
-def backward(tensors, grad_tensors=None, retain_graph: bool = False) -> None:
-    """Compute gradients of `tensors` and accumulate them into the leaves' .grad."""
+def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
+             create_graph: bool = False, inputs=None) -> None:
+    """Compute gradients of `tensors` and accumulate them into the leaves' .grad.
+
+    create_graph=True records the backward itself, so that the gradients (and the .grad
+    they accumulate into) can be differentiated again; retain_graph defaults to it.
+    `inputs`: accumulate into these tensors' .grad only."""
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     if grad_tensors is None:
         grad_tensors = [None] * len(tensors)
     elif isinstance(grad_tensors, Tensor):
         grad_tensors = [grad_tensors]
+    if retain_graph is None:
+        retain_graph = create_graph
     seeds = [_root_grad(t, g, "backward") for t, g in zip(tensors, grad_tensors)]
-    run_backward(tensors, seeds, retain_graph=retain_graph)
+    if inputs is not None:
+        inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        if not inputs:
+            raise RuntimeError("backward: 'inputs' argument to backward() cannot be empty")
+        grads = run_backward(tensors, seeds, retain_graph=retain_graph, capture=inputs,
+                             create_graph=create_graph)
+        for t, g in zip(inputs, grads):
+            if g is not None:
+                _accumulate_leaf(t, g, False, create_graph)
+        return
+    run_backward(tensors, seeds, retain_graph=retain_graph, create_graph=create_graph)
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False,
-         allow_unused: bool = False):
-    """Gradients of `outputs` with respect to `inputs`, returned (not accumulated)."""
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
+         create_graph: bool = False, only_inputs: bool = True, allow_unused: bool | None = None,
+         is_grads_batched: bool = False, materialize_grads: bool = False):
+    """Gradients of `outputs` with respect to `inputs`, returned (not accumulated).
+
+    Torch's arguments: create_graph=True gives gradients with a graph (retain_graph
+    defaults to it); allow_unused lets an input the outputs do not depend on get None
+    (zeros with materialize_grads); is_grads_batched treats the first dim of each
+    grad_output as a batch of vectors, one backward per vector (stacked)."""
+    if materialize_grads and allow_unused is False:
+        raise ValueError("grad: expected allow_unused to be True or not passed when "
+                         "materialize_grads=True")
+    allow_unused = materialize_grads if allow_unused is None else allow_unused
+    if retain_graph is None:
+        retain_graph = create_graph
     single = isinstance(inputs, Tensor)
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if single else list(inputs)
@@ -57,15 +97,60 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False,
         grad_outputs = [None] * len(outputs)
     elif isinstance(grad_outputs, Tensor):
         grad_outputs = [grad_outputs]
+    else:
+        grad_outputs = list(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"grad: got {len(grad_outputs)} grad_outputs for {len(outputs)} "
+                           "outputs")
+    if is_grads_batched:
+        return _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
+                             allow_unused, materialize_grads)
     seeds = [_root_grad(t, g, "grad") for t, g in zip(outputs, grad_outputs)]
-    result = run_backward(outputs, seeds, retain_graph=retain_graph, capture=inputs)
+    result = run_backward(outputs, seeds, retain_graph=retain_graph, capture=inputs,
+                          create_graph=create_graph)
     for i, g in enumerate(result):
         if g is None and not allow_unused:
             raise RuntimeError(
                 f"grad: input {i} of shape {tuple(inputs[i].shape)} was not used to compute "
                 "the outputs; pass allow_unused=True to get None for it"
             )
+        if g is None and materialize_grads:
+            result[i] = from_array(_zeros_array(inputs[i].shape, inputs[i].dtype,
+                                                inputs[i].device))
     return tuple(result)
+
+
+def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
+                  materialize_grads):
+    """is_grads_batched: one backward per vector of the batch, results stacked on dim 0."""
+    sizes = {tuple(g.shape)[0] for g in grad_outputs if g is not None}
+    if len(sizes) != 1 or any(g is None for g in grad_outputs):
+        raise RuntimeError("grad: is_grads_batched=True needs a grad_output for each output, "
+                           "all with the same batch size in dim 0")
+    (n,) = sizes
+    runs = []
+    for k in range(n):
+        runs.append(grad(outputs, inputs, [g[k] for g in grad_outputs],
+                         retain_graph=True if k < n - 1 else retain_graph,
+                         create_graph=create_graph, allow_unused=allow_unused,
+                         materialize_grads=materialize_grads))
+    out = []
+    for i in range(len(inputs)):
+        col = [r[i] for r in runs]
+        if all(c is None for c in col):
+            out.append(None)
+            continue
+        out.append(_stack(col))
+    return tuple(out)
+
+
+def _stack(tensors: list) -> Tensor:
+    """The tensors stacked on a new dim 0 (recorded: each is written into one buffer)."""
+    first = tensors[0]
+    buf = from_array(_zeros_array((len(tensors), *first.shape), first.dtype, first.device))
+    for k, t in enumerate(tensors):
+        buf[k] = t
+    return buf
 
 
 def _root_grad(t: Tensor, g, op: str) -> Tensor:
@@ -89,25 +174,36 @@ def _root_grad(t: Tensor, g, op: str) -> Tensor:
     return g
 
 
-def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None):
+def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None,
+                 create_graph: bool = False):
     """Propagate gradients from `roots` (tensors) seeded with `grad_roots`.
 
     With `capture` (a list of tensors) gradients are returned for those tensors, in order,
     and no leaf's .grad is touched (this is autograd.grad). Allocations made meanwhile are
-    labelled phase "backward".
+    labelled phase "backward". With create_graph, each node's backward is recorded (grad
+    mode on, its tensors seen as `Recorded` proxies) and gradients are summed out of place,
+    so that every gradient has a graph of its own.
     """
-    with ledger_state.labelled(phase="backward"):
-        return _run_backward(roots, grad_roots, retain_graph, capture)
+    if not create_graph:
+        with ledger_state.labelled(phase="backward"):
+            return _run_backward(roots, grad_roots, retain_graph, capture, False)
+    prev = GradMode.enabled
+    GradMode.enabled = True
+    try:
+        with ledger_state.labelled(phase="backward"):
+            return _run_backward(roots, grad_roots, retain_graph, capture, True)
+    finally:
+        GradMode.enabled = prev
 
 
 # ----------------------------------------------------------------------------- the loop
-def _run_backward(roots, grad_roots, retain_graph, capture):
+def _run_backward(roots, grad_roots, retain_graph, capture, create_graph):
     """Order the graph, seed the roots, run each node once all its consumers have, and hand
     its gradients on to the nodes of its inputs."""
     edges = [_root_edge(t) for t in roots]
     consumers = _count_consumers(edges)
     wanted = _Capture(capture)
-    pending, held = _seed(edges, grad_roots)
+    pending, held = _seed(edges, grad_roots, create_graph)
     ready = _Ready(node for node, _ in edges if node not in consumers)
     late_free = [] if ledger_state.habits["late_free"] else None
     while ready:
@@ -115,14 +211,14 @@ def _run_backward(roots, grad_roots, retain_graph, capture):
         grads, owned = pending.pop(node, None) or _new_slots(node)
         _receive(node, grads, owned, wanted, held)
         if isinstance(node, AccumulateGrad):
-            _finish_leaf(node, grads, owned, wanted)
+            _finish_leaf(node, grads, owned, wanted, create_graph)
             continue
         wanted.take(node, grads)
         _retain_grads(node, grads, owned)
-        results = _run_node(node, grads)
+        results = _run_node(node, grads, create_graph)
         _free(node, retain_graph, late_free)
         sharing = _Sharing(grads, owned, results)
-        _hand_on(node, results, sharing, pending, consumers, ready, held)
+        _hand_on(node, results, sharing, pending, consumers, ready, held, create_graph)
     return wanted.grads
 
 
@@ -198,7 +294,7 @@ def _new_slots(node: Node) -> tuple:
     return [None] * n, [False] * n
 
 
-def _seed(edges: list, grad_roots: list) -> tuple:
+def _seed(edges: list, grad_roots: list, create_graph: bool) -> tuple:
     """node -> its pending slots, holding the roots' gradients (which the caller owns); and
     the loop's _Held, whose first `routed` is the last root's slots."""
     pending: dict = {}
@@ -208,7 +304,7 @@ def _seed(edges: list, grad_roots: list) -> tuple:
         if entry is None:
             entry = pending[node] = _new_slots(node)
         held.routed = entry
-        _accumulate(entry[0], entry[1], nr, g, False)
+        _accumulate(entry[0], entry[1], nr, g, False, create_graph)
     return pending, held
 
 
@@ -283,7 +379,8 @@ def _check_hook_result(hook, g: Tensor, new) -> None:
             )
 
 
-def _finish_leaf(node: AccumulateGrad, grads: list, owned: list, wanted: _Capture) -> None:
+def _finish_leaf(node: AccumulateGrad, grads: list, owned: list, wanted: _Capture,
+                 create_graph: bool) -> None:
     """A leaf's gradient, after the leaf's hooks: captured for autograd.grad, or added
     into its .grad."""
     var = node.variable
@@ -293,12 +390,20 @@ def _finish_leaf(node: AccumulateGrad, grads: list, owned: list, wanted: _Captur
         g = grads[0]
     wanted.take(node, grads)
     if wanted.grads is None and g is not None:
-        _accumulate_leaf(var, g, owned[0])
+        _accumulate_leaf(var, g, owned[0], create_graph)
 
 
-def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool) -> None:
+def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool, create_graph: bool = False) -> None:
     if _tracers:
         _tell_tracers("on_leaf", var, g)
+    if create_graph:  # as torch: .grad keeps the gradient's graph (a clone, then sums)
+        if var.grad is None:
+            g = g.clone() if g.dtype == var.dtype else g.to(var.dtype)
+            g._storage.category = "gradient"
+            var.grad = g
+        else:
+            var.grad = var.grad + g
+        return
     if var.grad is None:
         if not owned or g.dtype != var.dtype:  # never alias another tensor's memory as .grad
             reason = "broadcast-grad" if 0 in g._strides else "grad-clone"
@@ -327,11 +432,11 @@ def _retain_grads(node: Node, grads: list, owned: list) -> None:
                 owned[nr] = False  # now visible as t.grad
 
 
-def _run_node(node: Node, grads: list) -> tuple:
+def _run_node(node: Node, grads: list, create_graph: bool) -> tuple:
     """The node's backward, told to any open trace (what it got, what it hands on)."""
     if _tracers:
         _tell_tracers("on_receive", node, grads)
-    results = _node_backward(node, grads)
+    results = (_node_backward_recorded if create_graph else _node_backward)(node, grads)
     if _tracers:
         _tell_tracers("on_hand_on", node, results)
     return results
@@ -353,6 +458,46 @@ def _node_backward(node: Node, grads: list) -> tuple:
     finally:
         _restore(prev)
     return _checked_results(node, results)
+
+
+def _node_backward_recorded(node: Node, grads: list) -> tuple:
+    """The node's backward with create_graph: the same backward, recorded. It sees its
+    gradients and saved tensors as Recorded proxies (autograd/graph.py), whose arrays
+    record every NumPy call as an engine op (ops/_recorded.py); what it returns is taken
+    back out of the proxies, and a lazy gradient (a slice's, a view's) is written into its
+    buffer by recorded ops."""
+    if _count_is(grads, None) == len(grads):
+        return (None,) * len(node.next_functions)
+    if node.materialize_grads:
+        for i, g in enumerate(grads):
+            if g is None:
+                shape, dtype, device = node._outputs_meta[i]
+                grads[i] = from_array(_zeros_array(shape, dtype, device))
+    seen = [None if g is None else Recorded(g) for g in grads]
+    prev = _relabel(op=node.name, scope=node.scope, call=id(node), grad_enabled=True)
+    recording_state.on = True
+    try:
+        with backend.errstate(all="ignore"):
+            results = node.fn.backward(node, *seen)
+    finally:
+        recording_state.on = False
+        _restore(prev)
+    if not isinstance(results, tuple):
+        results = (results,)
+    results = tuple(_recorded_result(r) for r in results)
+    return _checked_results(node, results)
+
+
+def _recorded_result(g):
+    """A gradient a recorded backward returned, as a tensor with its graph."""
+    g = unwrap(g)
+    if type(g) is SliceGrad:
+        buf = from_array(_zeros_array(g.base_shape, g.grad.dtype, g.grad.device))
+        buf[g.index] = unwrap(g.grad)  # recorded: the slice's gradient flows back through it
+        return buf
+    if type(g) is ReshapeGrad:
+        return unwrap(g.grad).reshape(g.shape)
+    return g
 
 
 def _checked_results(node: Node, results) -> tuple:
@@ -411,7 +556,7 @@ class _Sharing:
 
 
 def _hand_on(node: Node, results: tuple, sharing: _Sharing, pending: dict, consumers: dict,
-             ready: _Ready, held: _Held) -> None:
+             ready: _Ready, held: _Held, create_graph: bool) -> None:
     """Add each returned gradient into the pending slot of the node it is for; a node whose
     consumers have all run is ready."""
     held.arrived = None
@@ -425,7 +570,7 @@ def _hand_on(node: Node, results: tuple, sharing: _Sharing, pending: dict, consu
             if entry is None:
                 entry = pending[nxt] = _new_slots(nxt)
             held.routed = (base, entry)
-            how = _accumulate(entry[0], entry[1], nr, g, sharing.may_own(base))
+            how = _accumulate(entry[0], entry[1], nr, g, sharing.may_own(base), create_graph)
             if _tracers and type(g) in _LAZY:
                 _tell_tracers("on_lazy", nxt, nr, g, how)
             if how != "first":
@@ -450,7 +595,8 @@ def _count_is(items, x) -> int:
 
 
 # ----------------------------------------------------------------------------- accumulation
-def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool) -> str:
+def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool,
+                create_graph: bool = False) -> str:
     """Add one more gradient into pending[nr]; says 'first', 'in-place' or 'new-buffer'.
 
     `owned[nr]` says whether the engine alone holds the pending buffer, so it may add into
@@ -459,8 +605,13 @@ def _accumulate(pending: list, owned: list, nr: int, g, is_owned: bool) -> str:
     """
     cur = pending[nr]
     if cur is None:
-        pending[nr], owned[nr] = g, is_owned
+        pending[nr], owned[nr] = g, is_owned and not create_graph
         return "first"
+    if create_graph:  # a recorded sum: the gradient's graph goes through both terms
+        if tuple(g.shape) != tuple(cur.shape):
+            g = g.reshape(cur.shape)
+        pending[nr], owned[nr] = cur + g, False
+        return "new-buffer"
     if not ledger_state.habits["inplace_grad_accumulation"]:  # the emulated habit
         a = cur.materialize() if type(cur) in _LAZY else cur
         b = g.materialize() if type(g) in _LAZY else g

@@ -39,6 +39,23 @@ class _GradMode(threading.local):
 GradMode = _GradMode()
 
 
+class _Recording(threading.local):
+    """Whether this thread is inside a backward run with create_graph=True (`on`), where an
+    op's backward sees its gradients and saved tensors as `Recorded` proxies."""
+
+    on = False
+
+
+recording_state = _Recording()
+
+
+def recording() -> bool:
+    """True inside a backward that records a graph for the next derivative
+    (create_graph=True). A backward with a compiled-kernel fast path takes its formula
+    (written in the NumPy API) instead when this is true."""
+    return recording_state.on
+
+
 class _GradModeContext:
     _target = True
     _takes_no_arguments = False  # no_grad, enable_grad: also a bare decorator (@no_grad)
@@ -271,6 +288,27 @@ class Node:
                     f"{version}. Use an out-of-place op (or clone() before the in-place one)."
                 )
             out.append(t)
+        if recording_state.on:
+            return self._recorded_saved(out)
+        return tuple(out)
+
+    def _recorded_saved(self, tensors: list) -> tuple:
+        """The saved tensors as a recorded backward sees them: proxies whose arrays record
+        ops, and each saved output (kept detached, against a reference cycle) rejoined to
+        this node, so that the next derivative flows through it."""
+        outputs = getattr(self, "_saved_output_nrs", None) or {}
+        out = []
+        for i, t in enumerate(tensors):
+            if t is None:
+                out.append(None)
+                continue
+            item = self._saved[i]
+            nr = outputs.get(i)
+            if type(item) is _Recipe:
+                t = _rejoined(t, item.producer, 0)
+            elif nr is not None:
+                t = _rejoined(t, self, nr)
+            out.append(Recorded(t))
         return tuple(out)
 
     def saved_tensor_list(self) -> list:
@@ -450,6 +488,8 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
+        if recording_state.on:  # called from a recorded backward: proxies in, proxies out
+            return _apply_recorded(cls, args, kwargs)
         ctx = Node(cls)
         record = _connect_inputs(ctx, args)
         prev = _relabel(op=cls.__name__, call=id(ctx), grad_enabled=False)
@@ -571,8 +611,14 @@ def _unlink_saved_outputs(ctx: Node, out) -> None:
     outs = (out,) if type(out) is Tensor else out
     saved = ctx._saved
     for i, item in enumerate(saved):
-        if type(item) is tuple and any(item[0] is o for o in outs):
-            saved[i] = (item[0].detach(), item[1])
+        if type(item) is tuple:
+            for nr, o in enumerate(outs):
+                if item[0] is o:
+                    saved[i] = (o.detach(), item[1])
+                    if ctx.__dict__.get("_saved_output_nrs") is None:
+                        ctx._saved_output_nrs = {}
+                    ctx._saved_output_nrs[i] = nr  # for a recorded backward (_rejoined)
+                    break
 
 
 def _input_edge(t: Tensor, fn) -> tuple:
@@ -585,3 +631,153 @@ def _input_edge(t: Tensor, fn) -> tuple:
     if t.grad_fn is not None:
         return (t.grad_fn, t._output_nr)
     return (_accumulator(t), 0)
+
+
+# ----------------------------------------------------------------------------- recorded backward
+def _apply_recorded(cls, args: tuple, kwargs: dict):
+    """An op applied inside a recorded backward: it runs (and records) on the tensors behind
+    the proxies, and hands proxies back, so that the backward's later steps keep recording."""
+    recording_state.on = False
+    try:
+        out = cls.apply(*unwrap(args), **unwrap(kwargs))
+    finally:
+        recording_state.on = True
+    return wrap(out)
+
+
+def _rejoined(t: Tensor, node: Node, nr: int) -> Tensor:
+    """A new alias of saved output `t` whose history is output `nr` of `node`."""
+    alias = _make(t._storage, t._shape, t._strides, t._offset, t._data)
+    if t.dtype.is_floating_point:
+        alias.requires_grad, alias.grad_fn, alias._output_nr = True, node, nr
+    return alias
+
+
+def wrap(x):
+    """Tensors (also inside tuples, lists and named tuples) as Recorded proxies."""
+    if type(x) is Tensor:
+        return Recorded(x)
+    if type(x) in (tuple, list):
+        return type(x)(wrap(v) for v in x)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(wrap(v) for v in x))
+    return x
+
+
+def unwrap(x):
+    """The tensors behind Recorded proxies (also inside tuples, lists, dicts)."""
+    if type(x) is Recorded:
+        return x.t
+    if type(x) in (tuple, list):
+        return type(x)(unwrap(v) for v in x)
+    if type(x) is dict:
+        return {k: unwrap(v) for k, v in x.items()}
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(unwrap(v) for v in x))
+    return x
+
+
+recorded_array = None
+"""ops/_recorded.py's RecordedArray(tensor): the array a Recorded proxy's `_array()` gives
+(set when the op layer is imported; the ops it records are above this layer)."""
+
+
+class Recorded:
+    """A tensor as a recorded backward (create_graph=True) sees it: the gradients it gets,
+    its saved tensors, and what the ops it calls return.
+
+    The backward's text is the first-order one. Where that text takes `g._array()` and does
+    NumPy arithmetic, the array is a RecordedArray whose every NumPy call records the
+    matching engine op; where it calls tensor methods or applies ops, those run on the
+    tensor behind the proxy (recorded, since grad mode is on) and hand proxies back;
+    `from_array` of a RecordedArray gives a proxy. The engine takes the tensors back out of
+    whatever the backward returns.
+    """
+
+    __slots__ = ("t",)
+
+    def __init__(self, t: Tensor):
+        self.t = t
+
+    def _array(self):
+        return recorded_array(self.t)
+
+    def _as_recorded(self):
+        return self
+
+    # in NumPy arithmetic (an array of the backward times a saved tensor that the text did
+    # not turn into an array first) a proxy is its recorded array
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return self._array().__array_ufunc__(ufunc, method, *inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return self._array().__array_function__(func, types, args, kwargs)
+
+    def __getattr__(self, name):
+        attr = getattr(self.t, name)
+        if callable(attr) and hasattr(attr, "__self__"):  # a bound method of the tensor
+            return _WrappedMethod(attr)
+        return wrap(attr)
+
+    def __repr__(self) -> str:
+        return f"Recorded({self.t!r})"
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def __iter__(self):
+        return (Recorded(v) for v in self.t)
+
+    def __float__(self):
+        return float(self.t)
+
+    def __int__(self):
+        return int(self.t)
+
+    def __bool__(self):
+        return bool(self.t)
+
+    def __index__(self):
+        return self.t.__index__()
+
+    def __setitem__(self, index, value):
+        self.t[unwrap(index)] = unwrap(value)
+
+    def __format__(self, spec):
+        return format(self.t, spec)
+
+
+class _WrappedMethod:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        recording_state.on = False  # the method's own body sees plain tensors
+        try:
+            out = self.fn(*unwrap(args), **unwrap(kwargs))
+        finally:
+            recording_state.on = True
+        return wrap(out)
+
+
+def _recorded_operator(name: str):
+    def method(self, *args):
+        return _WrappedMethod(getattr(self.t, name))(*args)
+
+    method.__name__ = name
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+              "__rmod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__",
+              "__pos__", "__abs__", "__invert__", "__and__", "__rand__", "__or__", "__ror__",
+              "__xor__", "__rxor__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__",
+              "__ne__", "__getitem__"):
+    # no in-place operators: `g += x` on a proxy rebinds g to g + x (an incoming gradient may
+    # be shared, and a recorded backward never writes into one)
+    setattr(Recorded, _name, _recorded_operator(_name))
+Recorded.__hash__ = object.__hash__
+del _name

@@ -5,6 +5,7 @@ function is exported here (ta.ops.exp, ...), and Tensor's methods are those func
 """
 
 from . import (  # noqa: F401
+    _recorded,  # noqa: F401 - recorded arrays for create_graph backwards
     activations,
     attention,
     binary_math,

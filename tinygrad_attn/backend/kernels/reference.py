@@ -16,7 +16,13 @@ import math
 import numpy as np
 
 from .. import devices
+from ..protocol import ArrayProtocol
 from ..threads import matmul  # every GEMM through the fork gate
+
+# What takes NumPy's functions: NumPy arrays, and the recorded arrays of a create_graph
+# backward (backend/protocol.py), on which each NumPy call records the engine's op, so that
+# a reference kernel's text is also the formula of its second derivative
+_HOST = (np.ndarray, ArrayProtocol)
 
 
 def scatter_add(target, index, values) -> None:
@@ -55,7 +61,7 @@ def masked_fill(x, mask, value):
     """A C-ordered copy of x with `value` (a scalar or 0-d array) where the broadcast
     `mask` is True: one copy plus a masked store (about 40% faster than where(), which
     reads three operands, on an attention-shaped (8, 6, 256, 256) float32 array)."""
-    xp = np if isinstance(x, np.ndarray) else devices.cp
+    xp = np if isinstance(x, _HOST) else devices.cp
     out = xp.array(x, order="C", copy=True)
     xp.copyto(out, value, casting="unsafe", where=mask)
     return out
@@ -104,7 +110,7 @@ def _float16_in_float32(*keep_float32: int):
 
 
 def _array_module(a):
-    return np if isinstance(a, np.ndarray) else devices.cp
+    return np if isinstance(a, _HOST) else devices.cp
 
 
 def _softmax_inplace(z) -> None:
@@ -279,6 +285,8 @@ def erf(x):
     float64 on NumPy uses the C library's erf (exact to rounding; slow, meant for checks);
     float32/16 on NumPy uses Abramowitz & Stegun 7.1.26 in place; CuPy its own kernel.
     """
+    if isinstance(x, ArrayProtocol):  # a recorded backward: the engine's erf, recorded
+        return x.erf()
     if isinstance(x, np.generic):  # a NumPy scalar (arithmetic on a 0-d array gives one)
         x = np.asarray(x)
     if not isinstance(x, np.ndarray):
@@ -392,7 +400,7 @@ def gelu_backward(x, g):
     if _blockable(x, g):
         return _blockwise(_gelu_block, x, g)
     cdf, spare = gelu_cdf(x)
-    xp = np if isinstance(x, np.ndarray) else devices.cp
+    xp = np if isinstance(x, _HOST) else devices.cp
     if spare is None:
         return g * (cdf + x * (_INV_SQRT_2PI * xp.exp(-0.5 * x * x)))
     np.square(x, out=spare)
@@ -411,7 +419,7 @@ _TANH_K = 0.044715
 
 
 def _xp(x):
-    return np if isinstance(x, (np.ndarray, np.generic)) else devices.cp
+    return np if isinstance(x, (*_HOST, np.generic)) else devices.cp
 
 
 def gelu_tanh_forward(x):
@@ -513,7 +521,7 @@ def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
         p += s
 
     if not _dense_alike(p, g, m, v):  # CuPy, or strided operands: whole arrays
-        xp = np if isinstance(p, np.ndarray) else devices.cp
+        xp = np if isinstance(p, _HOST) else devices.cp
         update(xp, p, g, m, v, xp.empty(p.shape, p.dtype))
         return
     pf, gf, mf, vf = (a.reshape(-1) for a in (p, g, m, v))
@@ -534,7 +542,7 @@ def adamw_update_many(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, ep
 # Row kernels on the 2-D view (rows, n) of an op's operands: the op reshapes its input, so a
 # kernel has one row axis and one reduced axis whatever the op's normalized shape.
 def _xp(a):
-    return np if isinstance(a, np.ndarray) else devices.cp
+    return np if isinstance(a, _HOST) else devices.cp
 
 
 @_float16_in_float32()
