@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from . import creation, ops
+from . import creation
 from .autograd import enable_grad, is_grad_enabled
 from .autograd import functional as _af
 from .tensor import Tensor
@@ -129,8 +129,7 @@ def vjp(func, *primals, has_aux: bool = False):
             grads = [creation.zeros_like(x) if g is None else g for g, x in zip(grads, fresh)]
         return tuple(_unflatten_all(grads, specs))
 
-    result = _unflatten(_spec_leaves(out_spec, [_result(o, fresh, caller_records)
-                                                for o in out_leaves]), out_spec)
+    result = _unflatten([_result(o, fresh, caller_records) for o in out_leaves], out_spec)
     if has_aux:
         return result, vjp_fn, _results(aux, fresh, caller_records, name)
     return result, vjp_fn
@@ -180,8 +179,7 @@ def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False)
             t_leaves = [t.detach() for t in t_leaves]
         tangent_out = _af._double_vjp(tuple(out_leaves), tuple(fresh), tuple(t_leaves),
                                       graph, False, name)
-    result = _unflatten(_spec_leaves(out_spec, [_result(o, fresh, caller_records)
-                                                for o in out_leaves]), out_spec)
+    result = _unflatten([_result(o, fresh, caller_records) for o in out_leaves], out_spec)
     tangent_out = _unflatten(list(tangent_out), out_spec)
     if has_aux:
         return result, tangent_out, _results(aux, fresh, caller_records, name)
@@ -244,29 +242,14 @@ def _jacobian(func, argnums, has_aux: bool, args: tuple, kwargs: dict, name: str
         graph = caller_records and outside
         outs, ins = tuple(out_leaves), tuple(fresh)
         if name == "jacrev":
-            jac = _af._jacobian_by_rows(outs, ins, graph, False) if graph or not outside \
-                else _rows_keeping_graph(outs, ins)
+            jac = _af._jacobian_by_rows(outs, ins, graph, False)
         else:
-            jac = _af._jacobian_by_columns(outs, ins)
+            jac = _af._jacobian_by_columns(outs, ins, graph)
     per_output = [_unflatten_args(list(row), specs, argnums) for row in jac]
     result = _unflatten(per_output, out_spec)
     if has_aux:
         return result, _results(aux, fresh, caller_records, label)
     return result
-
-
-def _rows_keeping_graph(outputs: tuple, inputs: tuple) -> tuple:
-    """Rows without a graph of their own, keeping the forward graph: it reaches tensors of
-    the caller's (a closure under no_grad), whose history must stay runnable."""
-    jac = []
-    for out in outputs:
-        rows = [[] for _ in inputs]
-        for k in range(out.numel() if out.requires_grad else 0):
-            for j, g in enumerate(_af._grad((out,), inputs, (_af._one_hot(out, k),), False,
-                                            True)):
-                rows[j].append(g)
-        jac.append(tuple(_af._stack_rows(rows[j], out, x) for j, x in enumerate(inputs)))
-    return tuple(jac)
 
 
 # ----------------------------------------------------------------------------- functional_call
@@ -511,10 +494,6 @@ def _build(spec, it):
     return kind(*children)  # a namedtuple
 
 
-def _spec_leaves(spec, leaves: list) -> list:
-    return leaves
-
-
 def _describe(spec) -> str:
     """A spec as text: * for a Tensor, (*, *) for a tuple, [*] for a list, {'a': *}."""
     if spec == _LEAF:
@@ -528,8 +507,3 @@ def _describe(spec) -> str:
     if issubclass(kind, list):
         return f"[{inner}]"
     return f"({inner}{',' if len(kids) == 1 else ''})"
-
-
-# ops is imported for the layering table's sake of completeness: Jacobians are stacked with
-# ops.stack through ta.autograd.functional
-_ = ops

@@ -259,9 +259,10 @@ def _jacobian_by_rows(outputs, inputs, create_graph: bool, strict: bool) -> tupl
     return tuple(jac)
 
 
-def _jacobian_by_columns(outputs, inputs) -> tuple:
+def _jacobian_by_columns(outputs, inputs, create_graph: bool = False) -> tuple:
     """One jvp per input element, by the double-vjp trick: the gradient g = J^T u once with
-    a graph, then one reverse pass of g_j along e_k per element k of input j."""
+    a graph, then one reverse pass of g_j along e_k per element k of input j (with a graph
+    of its own if create_graph)."""
     u = tuple(_dummy_cotangent(o) for o in outputs)
     live = tuple(o for o, d in zip(outputs, u) if d is not None)
     dummies = tuple(d for d in u if d is not None)
@@ -271,7 +272,7 @@ def _jacobian_by_columns(outputs, inputs) -> tuple:
         if g is None or not g.requires_grad:
             continue
         for k in range(x.numel()):
-            found = iter(_grad((g,), dummies, (_one_hot(x, k),), False, True))
+            found = iter(_grad((g,), dummies, (_one_hot(x, k),), create_graph, True))
             for i, d in enumerate(u):
                 col = next(found) if d is not None else None
                 columns[i][j].append(col)
