@@ -174,9 +174,9 @@ def _random_like(o: Tensor, non_contiguous: bool) -> Tensor:
     from .creation import randn  # noqa: PLC0415 - creation sits beside gradcheck's layer
 
     if non_contiguous:
-        t = randn(*o.shape, 2, dtype=o.dtype)[..., 0]
+        t = randn(*o.shape, 2, dtype=o.dtype, device=o.device)[..., 0]
     else:
-        t = randn(*o.shape, dtype=o.dtype)
+        t = randn(*o.shape, dtype=o.dtype, device=o.device)
     t = t.detach()
     t.requires_grad = True
     return t

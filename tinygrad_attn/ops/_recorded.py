@@ -121,11 +121,15 @@ def _reduce(kind: str, a: Tensor, axis, keepdims, dtype=None) -> Tensor:
 def _where(cond, x, y):
     ops = _ops()
     c = _raw(cond)
-    c = from_array(c) if backend.is_array(c) else c
     x, y = _tensor(x), _tensor(y)
     if type(x) is not Tensor and type(y) is not Tensor:
         return None
-    return ops.where(c, x, y)
+    if not backend.is_array(c):  # a Python or NumPy bool: one side, broadcast to the other
+        pick, other = (x, y) if bool(c) else (y, x)
+        if type(pick) is not Tensor:
+            pick = other.new_full(tuple(other.shape), pick)
+        return pick
+    return ops.where(from_array(c), x, y)
 
 
 _UNARY = {
@@ -233,6 +237,8 @@ class RecordedArray(protocol.ArrayProtocol):
         return result
 
     def _call(self, name, inputs):
+        if not any(type(x) is RecordedArray or type(x) is graph.Recorded for x in inputs):
+            raise self._refuse(f"numpy.{name} of no recorded operand")
         with _plain():
             dtype = _result_dtype(inputs)
             if name in _UNARY and len(inputs) == 1:
@@ -690,6 +696,60 @@ _FUNCTIONS = {
 }
 """numpy function name -> its recorded implementation (returns a Tensor, a list of them,
 a plain array for a constant, or NotImplemented to refuse)."""
+
+
+# ----------------------------------------------------------------------------- idioms
+# The NumPy idioms a backward writes into a buffer it made (np.add.at, put_along_axis, a
+# ufunc's out=). On plain arrays each of these writes in place and returns the buffer, the
+# first-order path's memory exactly; on a recorded operand it returns the recorded result
+# instead, so a backward that assigns what they return (`gx = add_at(gx, index, G)`) is
+# one text for both paths.
+def _is_recorded(*xs) -> bool:
+    return any(type(x) is RecordedArray or type(x) is graph.Recorded for x in xs)
+
+
+def add_at(target, index, values):
+    """target[index] += values with repeated indices summed (np.add.at); returns target,
+    or, when target or values is recorded, the recorded sum."""
+    if not _is_recorded(target, values):
+        backend.kernels.scatter_add(target, index, values)
+        return target
+    with _plain():
+        t = _tensor(target)
+        if type(t) is not Tensor:
+            t = from_array(t)
+        xp = backend.xp_for(t.device)
+        positions = xp.arange(t.numel()).reshape(tuple(t.shape))[_raw(index)]
+        v = _tensor(values)
+        if type(v) is not Tensor:
+            v = from_array(xp.asarray(v, dtype=t.dtype.np))
+        v = v.expand(positions.shape) if tuple(v.shape) != positions.shape else v
+        flat = t.reshape(-1).index_add(0, from_array(positions.reshape(-1)), v.reshape(-1))
+        return RecordedArray(flat.reshape(tuple(t.shape)))
+
+
+def put_along_axis(arr, indices, values, axis):
+    """np.put_along_axis that returns the array (recorded: a new one; plain: in place)."""
+    if not _is_recorded(arr, values):
+        backend.xp_for(backend.device_of(arr)).put_along_axis(arr, indices, values, axis)
+        return arr
+    with _plain():
+        t = _tensor(arr)
+        if type(t) is not Tensor:
+            t = from_array(t)
+        v = _tensor(values)
+        idx = from_array(_raw(indices))
+        v = v.expand(tuple(idx.shape)) if type(v) is Tensor and tuple(v.shape) != tuple(
+            idx.shape) else v
+        return RecordedArray(t.scatter(axis, idx, v))
+
+
+def ufunc_out(ufunc, *inputs, out):
+    """ufunc(*inputs, out=out), returning out; recorded operands give the recorded result
+    (out untouched), so that `gx = ufunc_out(xp.multiply, g, y, out=gx)` serves both."""
+    if not _is_recorded(*inputs):
+        return ufunc(*inputs, out=out)
+    return ufunc(*inputs)
 
 
 graph.recorded_array = RecordedArray
