@@ -1,0 +1,273 @@
+"""create_graph=True: gradients with a graph, torch's argument semantics, and derivatives of
+order two and three against torch (float64)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+
+F64 = ta.float64
+
+
+def _pair(shape, seed=0, positive=False):
+    """The same float64 leaf in both frameworks."""
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(seed).standard_normal(shape)
+    if positive:
+        a = np.abs(a) + 0.5
+    return (ta.tensor(a, dtype=F64, requires_grad=True),
+            torch.tensor(a, dtype=torch.float64, requires_grad=True))
+
+
+def _close(ours, theirs, tol=1e-10):
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=tol,
+                               atol=tol)
+
+
+# ----------------------------------------------------------------------------- d2/dx2 tanh
+def test_second_derivative_of_tanh_by_hand():
+    x = ta.tensor([-2.0, -0.5, 0.0, 0.7, 3.0], dtype=F64, requires_grad=True)
+    (g,) = ta.autograd.grad(x.tanh().sum(), x, create_graph=True)
+    (h,) = ta.autograd.grad(g.sum(), x)
+    t = np.tanh(x.detach().numpy())
+    np.testing.assert_allclose(g.detach().numpy(), 1 - t * t, rtol=1e-14)
+    np.testing.assert_allclose(h.numpy(), -2 * t * (1 - t * t), rtol=1e-12, atol=1e-15)
+    assert g.grad_fn is not None and h.grad_fn is None  # the second grad was not asked a graph
+
+
+def _nth(fn, x, n):
+    """The n-th derivative of fn at x, contracted at each order with a fixed random
+    cotangent (a sum along ones can hide a missing term: the rows of a softmax or a
+    layer_norm sum to constants)."""
+    rng = np.random.default_rng(10)
+    y = fn(x)
+    for k in range(n):
+        v = _like(x, rng.standard_normal(tuple(y.shape)))
+        (y,) = _grad_any(y, x, v, create_graph=k < n - 1)
+    return y
+
+
+def _like(x, a):
+    if isinstance(x, ta.Tensor):
+        return ta.tensor(a, dtype=F64)
+    import torch
+
+    return torch.tensor(a, dtype=torch.float64)
+
+
+def _grad_any(y, x, v, create_graph):
+    if isinstance(x, ta.Tensor):
+        return ta.autograd.grad(y, x, v, create_graph=create_graph)
+    import torch
+
+    return torch.autograd.grad(y, x, v, create_graph=create_graph)
+
+
+THIRD_ORDER = {
+    "tanh": (lambda x: x.tanh(), lambda x: x.tanh()),
+    "softmax": (lambda x: x.softmax(-1), lambda x: x.softmax(-1)),
+    "layer_norm": (lambda x: ta.nn.functional.layer_norm(x, (4,)),
+                   lambda x: __import__("torch").nn.functional.layer_norm(x, (4,))),
+}
+
+
+@pytest.mark.parametrize("order", [2, 3])
+@pytest.mark.parametrize("op", list(THIRD_ORDER))
+def test_higher_order_matches_torch(op, order):
+    ours_fn, theirs_fn = THIRD_ORDER[op]
+    x, tx = _pair((3, 4), seed=order)
+    _close(_nth(ours_fn, x, order), _nth(theirs_fn, tx, order), tol=1e-9)
+
+
+# ----------------------------------------------------------------------------- semantics
+def test_backward_create_graph_gives_grad_a_graph_and_retains():
+    x, tx = _pair((5,), seed=1)
+    (x ** 3).sum().backward(create_graph=True)
+    (tx ** 3).sum().backward(create_graph=True)
+    assert x.grad.grad_fn is not None and x.grad.requires_grad
+    _close(x.grad, tx.grad)
+    # differentiating .grad accumulates into .grad, as torch does
+    gx = x.grad
+    gx.sum().backward()
+    tgx = tx.grad
+    tgx.sum().backward()
+    _close(x.grad, tx.grad)
+
+
+def test_retain_graph_defaults_to_create_graph():
+    x = ta.tensor([0.5, 1.5], dtype=F64, requires_grad=True)
+    y = (x.exp() * x).sum()
+    ta.autograd.grad(y, x, create_graph=True)
+    (again,) = ta.autograd.grad(y, x)  # the graph was retained
+    np.testing.assert_allclose(again.numpy(), np.exp([0.5, 1.5]) * (1 + np.array([0.5, 1.5])))
+    with pytest.raises(RuntimeError, match="second time"):
+        ta.autograd.grad(y, x)
+    z = (x.exp() * x).sum()
+    ta.autograd.grad(z, x, create_graph=True, retain_graph=False)
+    with pytest.raises(RuntimeError, match="second time"):
+        ta.autograd.grad(z, x)
+
+
+def test_gradient_without_create_graph_has_no_graph():
+    x = ta.tensor([0.5, 1.5], dtype=F64, requires_grad=True)
+    (g,) = ta.autograd.grad((x * x).sum(), x)
+    assert g.grad_fn is None and not g.requires_grad
+
+
+def test_allow_unused_and_materialize_grads():
+    torch = pytest.importorskip("torch")
+    x, tx = _pair((3,), seed=2)
+    u, tu = _pair((2,), seed=3)
+    with pytest.raises(RuntimeError, match="not used"):
+        ta.autograd.grad((x * 2).sum(), [x, u])
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad((tx * 2).sum(), [tx, tu])
+    gx, gu = ta.autograd.grad((x * 2).sum(), [x, u], allow_unused=True)
+    assert gu is None
+    gx, gu = ta.autograd.grad((x * 2).sum(), [x, u], materialize_grads=True)
+    tgx, tgu = torch.autograd.grad((tx * 2).sum(), [tx, tu], materialize_grads=True)
+    _close(gu, tgu)
+    assert tuple(gu.shape) == (2,)
+    with pytest.raises(ValueError):
+        ta.autograd.grad((x * 2).sum(), [x, u], allow_unused=False, materialize_grads=True)
+    with pytest.raises(ValueError):
+        torch.autograd.grad((tx * 2).sum(), [tx, tu], allow_unused=False,
+                            materialize_grads=True)
+
+
+def test_is_grads_batched_stacks_one_vjp_per_vector():
+    torch = pytest.importorskip("torch")
+    x, tx = _pair((3,), seed=4)
+    v = np.eye(3)
+    (jac,) = ta.autograd.grad(x.sin() * x, x, ta.tensor(v, dtype=F64), is_grads_batched=True)
+    (tjac,) = torch.autograd.grad(tx.sin() * tx, tx, torch.tensor(v), is_grads_batched=True)
+    assert tuple(jac.shape) == (3, 3)
+    _close(jac, tjac)
+
+
+def test_backward_inputs_accumulates_only_there():
+    x, tx = _pair((3,), seed=5)
+    w, tw = _pair((3,), seed=6)
+    (x * w).sum().backward(inputs=[w])
+    (tx * tw).sum().backward(inputs=[tw])
+    assert x.grad is None and tx.grad is None
+    _close(w.grad, tw.grad)
+    with pytest.raises(RuntimeError, match="cannot be empty"):
+        (x * w).sum().backward(inputs=[])
+
+
+def test_grad_outputs_that_require_grad_are_differentiated():
+    """The double-vjp trick: the vjp is linear in its cotangent, and its derivative with
+    respect to the cotangent is the Jacobian-vector product."""
+    torch = pytest.importorskip("torch")
+    x, tx = _pair((4,), seed=7)
+    u = ta.zeros(4, dtype=F64, requires_grad=True)
+    tu = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    (g,) = ta.autograd.grad(x.exp() * x, x, u, create_graph=True)
+    (tg,) = torch.autograd.grad(tx.exp() * tx, tx, tu, create_graph=True)
+    v = np.linspace(1, 2, 4)
+    (jvp,) = ta.autograd.grad(g, u, ta.tensor(v, dtype=F64))
+    (tjvp,) = torch.autograd.grad(tg, tu, torch.tensor(v))
+    _close(jvp, tjvp)
+
+
+def test_hessian_vector_product_of_an_mlp_loss():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    w1, b1, w2 = rng.standard_normal((4, 3)), rng.standard_normal(4), rng.standard_normal((1, 4))
+    xs = rng.standard_normal((5, 3))
+    vec = rng.standard_normal((4, 3))
+
+    def loss(lib, W1, xs_):
+        h = lib.tanh(xs_ @ W1.T + lib.tensor(b1))
+        return ((h @ lib.tensor(w2).T) ** 2).mean()
+
+    W1 = ta.tensor(w1, dtype=F64, requires_grad=True)
+    tW1 = torch.tensor(w1, requires_grad=True)
+    (g,) = ta.autograd.grad(loss(ta, W1, ta.tensor(xs)), W1, create_graph=True)
+    (tg,) = torch.autograd.grad(loss(torch, tW1, torch.tensor(xs)), tW1, create_graph=True)
+    (hv,) = ta.autograd.grad((g * ta.tensor(vec)).sum(), W1)
+    (thv,) = torch.autograd.grad((tg * torch.tensor(vec)).sum(), tW1)
+    _close(g, tg)
+    _close(hv, thv)
+
+
+def test_hooks_see_plain_tensors_and_may_replace_in_a_recorded_backward():
+    x = ta.tensor([0.3, 0.6], dtype=F64, requires_grad=True)
+    y = x * x
+    seen = []
+    y.register_hook(lambda g: seen.append(type(g)) or g * 2)
+    (g,) = ta.autograd.grad(y.sum(), x, create_graph=True)
+    assert seen == [ta.Tensor]
+    np.testing.assert_allclose(g.detach().numpy(), 4 * np.array([0.3, 0.6]))
+    (h,) = ta.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(h.numpy(), [4.0, 4.0])
+
+
+def test_custom_function_backward_in_tensor_ops_is_differentiable():
+    class Cube(ta.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x * x
+
+    x = ta.tensor([0.5, -1.0, 2.0], dtype=F64, requires_grad=True)
+    (g,) = ta.autograd.grad(Cube.apply(x).sum(), x, create_graph=True)
+    (h,) = ta.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(h.numpy(), 6 * np.array([0.5, -1.0, 2.0]))
+
+
+def test_a_backward_with_no_recorded_meaning_raises_naming_the_op():
+    class Opaque(ta.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            arr = np.asarray(g._array())  # leaves the NumPy API: the graph would be lost
+            return ta.tensor(arr * 2)
+
+    x = ta.tensor([1.0, 2.0], dtype=F64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="OpaqueBackward.*create_graph"):
+        ta.autograd.grad(Opaque.apply(x).sum(), x, create_graph=True)
+    (g,) = ta.autograd.grad(Opaque.apply(x).sum(), x)  # first order is unaffected
+    np.testing.assert_allclose(g.numpy(), [2.0, 2.0])
+
+
+def test_gradgradcheck_catches_a_wrong_second_derivative():
+    class WrongSecond(ta.autograd.Function):
+        """y = x^3 with a backward whose own derivative is wrong (it hides x behind a
+        detached copy: right values, no graph through x)."""
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * (x * x).detach()
+
+    x = ta.tensor([0.5, -1.0], dtype=F64, requires_grad=True)
+    assert ta.gradcheck(WrongSecond.apply, (x,))
+    with pytest.raises(ta.GradcheckError):
+        ta.gradgradcheck(WrongSecond.apply, (x,))
+    assert ta.gradgradcheck(WrongSecond.apply, (x,), raise_exception=False) is False
+    assert ta.gradgradcheck(lambda x: x * x * x, (x,))
+
+
+def test_gradgradcheck_takes_grad_outputs_like_torch():
+    x = ta.tensor([[0.5, -1.0], [2.0, 0.1]], dtype=F64, requires_grad=True)
+    go = ta.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=F64, requires_grad=True)
+    assert ta.gradgradcheck(lambda x: (x.sin() * x), (x,), (go,))
+    assert ta.gradgradcheck(lambda x: (x.sin() * x), (x,), gen_non_contig_grad_outputs=True)
