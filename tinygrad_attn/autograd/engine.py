@@ -187,13 +187,13 @@ def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None,
     if not create_graph:
         with ledger_state.labelled(phase="backward"):
             return _run_backward(roots, grad_roots, retain_graph, capture, False)
-    prev = GradMode.enabled
-    GradMode.enabled = True
+    prev = GradMode.enabled, ledger_state.local.create_graph
+    GradMode.enabled = ledger_state.local.create_graph = True
     try:
         with ledger_state.labelled(phase="backward"):
             return _run_backward(roots, grad_roots, retain_graph, capture, True)
     finally:
-        GradMode.enabled = prev
+        GradMode.enabled, ledger_state.local.create_graph = prev
 
 
 # ----------------------------------------------------------------------------- the loop

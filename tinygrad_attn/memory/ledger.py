@@ -229,7 +229,9 @@ class Profile:
         if t < 0:
             return {"t": t, "unique_bytes": 0, "unique_bytes_without_parameters": 0,
                     "nominal_bytes": 0, "by_op": {},
-                    "by_module": {}, "nodes": []}
+                    "by_module": {}, "nodes": [],
+                    "graph_of_gradient": {"unique_bytes": 0, "nominal_bytes": 0, "nodes": 0,
+                                          "by_op": {}, "by_module": {}}}
         _, saved_count, holders = self._replay_until(t)
         nodes = {}
         for sid, lst in holders.items():
@@ -240,20 +242,34 @@ class Profile:
         by_op: dict = {}
         by_module: dict = {}
         node_rows = []
+        graph_of_gradient = {"unique_bytes": 0, "nominal_bytes": 0, "nodes": 0,
+                             "by_op": {}, "by_module": {}}
+        second_sids: set = set()
         for n in nodes.values():
             sids = {s for s, _ in n["saved"]}
             unique = sum(tr.info[s]["bytes"] for s in sids)
             nominal = sum(b for _, b in n["saved"])
+            order = n.get("order", 1)
             node_rows.append({"node": n["node"], "scope": n["scope"], "source": n["source"],
-                              "unique_bytes": unique, "nominal_bytes": nominal})
-            for table, key in ((by_op, n["op"]), (by_module, n["scope"] or "(top level)")):
+                              "unique_bytes": unique, "nominal_bytes": nominal,
+                              "order": order})
+            tables = [(by_op, n["op"]), (by_module, n["scope"] or "(top level)")]
+            if order == 2:  # recorded by a create_graph backward: the gradient's own graph
+                second_sids |= sids
+                graph_of_gradient["nominal_bytes"] += nominal
+                graph_of_gradient["nodes"] += 1
+                tables += [(graph_of_gradient["by_op"], n["op"]),
+                           (graph_of_gradient["by_module"], n["scope"] or "(top level)")]
+            for table, key in tables:
                 row = table.setdefault(key, {"unique_bytes": 0, "nominal_bytes": 0,
                                              "nodes": 0})
                 row["unique_bytes"] += unique
                 row["nominal_bytes"] += nominal
                 row["nodes"] += 1
         node_rows.sort(key=lambda r: -r["unique_bytes"])
+        graph_of_gradient["unique_bytes"] = sum(tr.info[s]["bytes"] for s in second_sids)
         return {
+            "graph_of_gradient": graph_of_gradient,
             "t": t,
             "unique_bytes": sum(tr.info[s]["bytes"] for s in unique_sids),
             "unique_bytes_without_parameters": sum(

@@ -61,7 +61,14 @@ def _saved(sv: dict, top: int) -> str:
              "parameters nodes keep), "
              f"{fmt_bytes(sv['nominal_bytes'])} nominal (views of one storage count "
              "once in 'unique')"]
-    for title, table in (("by op", sv["by_op"]), ("by module", sv["by_module"])):
+    tables = [("by op", sv["by_op"]), ("by module", sv["by_module"])]
+    second = sv.get("graph_of_gradient") or {}
+    if second.get("nodes"):
+        lines.append(f"  of which the gradient's graph (recorded by a create_graph backward): "
+                     f"{fmt_bytes(second['unique_bytes'])} unique in {second['nodes']} nodes")
+        tables += [("gradient's graph by op", second["by_op"]),
+                   ("gradient's graph by module", second["by_module"])]
+    for title, table in tables:
         lines.append(f"  {title}:")
         rows = sorted(table.items(), key=lambda kv: -kv[1]["unique_bytes"])[:top]
         for key, row in rows:

@@ -35,6 +35,9 @@ class _Local(threading.local):
     def __init__(self) -> None:
         self.labels = dict(LABELS)
         self.module_calls = []  # the nn.Module calls running now, outermost first (scopes.py)
+        # inside a backward with create_graph=True (the engine sets it): the nodes recorded
+        # now are the gradient's graph, which the ledger counts apart (tracker.on_save)
+        self.create_graph = False
 
 
 local = _Local()

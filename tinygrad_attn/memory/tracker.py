@@ -132,6 +132,8 @@ class Tracker:
         self.nodes[key] = {
             "node": node.name, "op": node.name.removesuffix("Backward"), "scope": node.scope,
             "saved": saved, "source": source, "via": via,
+            # recorded by a create_graph backward: part of a gradient's graph
+            "order": 2 if state.local.create_graph else 1,
         }
         for sid in {s for s, _ in saved}:
             self.saved_count[sid] = self.saved_count.get(sid, 0) + 1
