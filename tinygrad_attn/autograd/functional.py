@@ -145,7 +145,7 @@ def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
 
     res = jacobian(gradient, inputs, create_graph=create_graph, strict=strict,
                    vectorize=vectorize, strategy=outer_jacobian_strategy)
-    return res if in_tuple else res[0]  # jacobian dropped the inner level already
+    return _unpack(res, in_tuple, in_tuple)  # jacobian saw tuples on both sides
 
 
 def vhp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
