@@ -273,6 +273,33 @@ def test_every_differentiable_op_has_a_gradcheck_row():
         f"differentiable ops without a gradcheck row in tests/test_gradcheck_ops.py: {missing}")
 
 
+def test_every_gradcheck_row_is_also_a_gradgradcheck_row():
+    """conftest.py runs each test of the gradcheck files as [d1-...] (gradcheck) and [d2-...]
+    (gradgradcheck on the same inputs): collected, every d1 test has its d2 twin, in every
+    gradcheck file, and the d2 column holds nothing else."""
+    import subprocess
+    import sys
+
+    files = [pathlib.Path(m.__file__).name for m in _gradcheck_modules()]
+    here = pathlib.Path(__file__).parent
+    out = subprocess.run([sys.executable, "-m", "pytest", "--co", "-p", "no:cacheprovider",
+                          *files], cwd=here, capture_output=True, text=True, timeout=300)
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    assert ids, out.stdout + out.stderr
+    import re
+
+    order = re.compile(r"(?<=[\[-])d([12])(?:-|(?=\]))")
+    columns: dict = {"1": set(), "2": set()}
+    for i in ids:
+        found = order.search(i)
+        assert found, f"{i}: a gradcheck test without its d1/d2 parameter"
+        columns[found.group(1)].add(order.sub("", i, count=1))
+    d1, d2 = columns["1"], columns["2"]
+    assert len(d1) + len(d2) == len(ids)
+    assert d1 == d2 and d1
+    assert {pathlib.Path(i.split("::")[0]).name for i in d1} == set(files)
+
+
 def test_the_helpers_above_can_fail():
     def squarish(x):
         return x * x
