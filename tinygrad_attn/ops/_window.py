@@ -6,9 +6,12 @@ convolution's GEMM needs, and col2im is its adjoint. conv.py's docstring tells t
 from __future__ import annotations
 
 import itertools
+import math
 
 from .. import backend
+from ..autograd.graph import unwrap
 from ..errors import ShapeError
+from ._recorded import RecordedArray, _is_recorded, add_at
 from ._util import Tensor, from_array
 
 
@@ -41,7 +44,10 @@ class _Geometry:
 
 
 def _windows(arr, geo: _Geometry):
-    """The zero-copy window view (N, C, *kernel, *out) of arr (N, C, *padded)."""
+    """The zero-copy window view (N, C, *kernel, *out) of arr (N, C, *padded); of a
+    recorded array (create_graph=True), a gather of the same elements, recorded."""
+    if _is_recorded(arr):
+        return arr.reshape(-1)[_positions(arr.shape, geo, arr.t.device)]
     flat, strides, offset = backend.span_view(arr)
     spatial = strides[2:]
     shape = arr.shape[:2] + tuple(geo.kernel) + tuple(geo.out)
@@ -50,12 +56,25 @@ def _windows(arr, geo: _Geometry):
     return backend.strided(flat, shape, view_strides, offset)
 
 
+def _positions(shape, geo: _Geometry, device):
+    """The flat positions (N, C, *kernel, *out) that the windows of a C-contiguous
+    (N, C, *padded) array of this shape read, on `device`: what a recorded backward
+    gathers and scatters by (a constant index array)."""
+    xp = backend.xp_for(device)
+    with backend.on_device(device):
+        flat = xp.arange(math.prod(shape), dtype=xp.int64).reshape(shape)
+        return backend.copy(_windows(flat, geo))
+
+
 def _padded(xp, X, geo: _Geometry, value=0):
     """X itself, or a Tensor holding X inside a fresh buffer filled with `value` (recorded as
     'window-pad'; the caller keeps the Tensor while it reads the array, so the ledger counts
-    the buffer for as long as it lives)."""
+    the buffer for as long as it lives). A recorded X is padded by a recorded op."""
     if not geo.padded_any:
         return X
+    if _is_recorded(X):
+        widths = [(0, 0), (0, 0)] + list(zip(geo.pad_lo, geo.pad_hi))
+        return xp.pad(X, widths, constant_values=value)
     buf = xp.full(X.shape[:2] + geo.padded, value, dtype=X.dtype)
     buf[(slice(None), slice(None)) + geo.crop()] = X
     return from_array(buf, "window-pad")
@@ -75,15 +94,35 @@ def _im2col(xp, X, geo: _Geometry) -> Tensor:
 
 
 def _col2im(xp, cols, geo: _Geometry, dtype):
-    """The adjoint of _im2col: columns (N, C, *kernel, *out) summed back into (N, C, *size)."""
+    """The adjoint of _im2col: columns (N, C, *kernel, *out) summed back into (N, C, *size).
+    Recorded columns (create_graph=True) are scattered by a recorded index-add."""
+    lead = (slice(None), slice(None))
+    if _is_recorded(cols):
+        shape = cols.shape[:2] + geo.padded
+        index = _positions(shape, geo, cols.t.device)
+        buf = add_at(xp.zeros(math.prod(shape), dtype=dtype), index, cols)
+        buf = buf.reshape(shape)
+        return buf[lead + geo.crop()] if geo.padded_any else buf
     buf = xp.zeros(cols.shape[:2] + geo.padded, dtype=dtype)
     view = _windows(buf, geo)
-    lead = (slice(None), slice(None))
     for k in itertools.product(*(range(n) for n in geo.kernel)):
         view[lead + k] += cols[lead + k]
     if geo.padded_any:
         return xp.ascontiguousarray(buf[lead + geo.crop()])
     return buf
+
+
+def _constant(arr):
+    """A plain array (a mask, a divisor, a matrix of sizes) as a recorded backward's
+    constant operand: a RecordedArray with no graph, so that NumPy calls that mix it with
+    recorded arrays dispatch to the recorded side on every device's array type."""
+    return RecordedArray(from_array(arr))
+
+
+def _plain(t):
+    """The plain array of a saved tensor that no derivative flows through (an index), in a
+    first-order or a recorded backward alike."""
+    return unwrap(t)._array()
 
 
 def _batched(X, n):

@@ -11,9 +11,21 @@ import math
 
 from .. import backend
 from ..autograd import Function
+from ..autograd.graph import recording
 from ..errors import ShapeError
 from ._util import from_array
-from ._window import _array_of, _batched, _Geometry, _padded, _positive, _tuple, _windows
+from ._window import (
+    _array_of,
+    _batched,
+    _col2im,
+    _constant,
+    _Geometry,
+    _padded,
+    _plain,
+    _positive,
+    _tuple,
+    _windows,
+)
 from .registry import op
 
 
@@ -97,6 +109,12 @@ class MaxPool(Function):
         G, _ = _batched(g._array(), len(ctx.geo.out))
         arg = arg_t._array()
         geo = ctx.geo
+        if recording():  # create_graph: the routed gradients as columns, scattered back
+            kernel, arg = geo.kernel, _plain(arg_t)
+            routed = [xp.where(_constant(arg == j), G, 0) for j in range(math.prod(kernel))]
+            cols = xp.stack(routed, axis=2).reshape(G.shape[:2] + kernel + geo.out)
+            gx = _col2im(xp, cols, geo, G.dtype)
+            return from_array(gx[0] if ctx.unbatched else gx)
         buf = xp.zeros(ctx.in_shape[:2] + geo.padded, dtype=G.dtype)
         view = _windows(buf, geo)
         lead = (slice(None), slice(None))
@@ -204,6 +222,13 @@ class AvgPool(Function):
         xp = backend.xp_for(g.device)
         G, _ = _batched(g._array(), len(ctx.geo.out))
         geo = ctx.geo
+        if recording():  # create_graph: the shares as columns, scattered back
+            share = G / _constant(_divisor(xp, geo, ctx.divisor, G.dtype))
+            n = len(geo.out)
+            cols = xp.broadcast_to(share.reshape(share.shape[:2] + (1,) * n + geo.out),
+                                   share.shape[:2] + geo.kernel + geo.out)
+            gx = _col2im(xp, cols, geo, G.dtype)
+            return from_array(gx[0] if ctx.unbatched else gx)
         share = G / _divisor(xp, geo, ctx.divisor, G.dtype)
         buf = xp.zeros(ctx.in_shape[:2] + geo.padded, dtype=G.dtype)
         view = _windows(buf, geo)
@@ -246,7 +271,10 @@ def _averaging_matrix(xp, size, out, dtype):
 
 def _along(xp, X, A, axis):
     """X with its `axis` contracted against A's columns (the axis becomes A.shape[0] long)."""
-    return xp.moveaxis(backend.matmul(xp, A, xp.moveaxis(X, axis, -2)), -2, axis)
+    moved = xp.moveaxis(X, axis, -2)
+    if recording():  # the operator: a device array's defers to the recorded one
+        return xp.moveaxis(_constant(A) @ moved, -2, axis)
+    return xp.moveaxis(backend.matmul(xp, A, moved), -2, axis)
 
 
 class AdaptiveAvgPool(Function):

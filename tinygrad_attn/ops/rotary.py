@@ -15,6 +15,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array
 from .registry import op
@@ -24,10 +25,15 @@ def _rotate(xp, X, C, S, sign: float):
     """[x1 c - sign x2 s, x2 c + sign x1 s] into one new array (sign -1: the inverse).
 
     The halves x1, x2 are views of X; the result is written half by half into one buffer,
-    with one half-sized temporary for the cross term.
+    with one half-sized temporary for the cross term. A recorded backward (create_graph)
+    computes the same products out of place.
     """
     h = X.shape[-1] // 2
     x1, x2 = X[..., :h], X[..., h:]
+    if recording():  # create_graph: the same products, the halves joined by a recorded cat
+        o1 = x1 * C - x2 * S if sign > 0 else x1 * C + x2 * S
+        o2 = x2 * C + x1 * S if sign > 0 else x2 * C - x1 * S
+        return xp.concatenate([o1, o2], axis=-1)
     out = xp.empty(X.shape, dtype=X.dtype)
     o1, o2 = out[..., :h], out[..., h:]
     xp.multiply(x1, C, out=o1)
