@@ -14,6 +14,7 @@ import warnings
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording
 from ..errors import ShapeError
 from ._math_util import _require_float
 from ._util import Tensor, check_same_device, from_array, unbroadcast
@@ -344,13 +345,22 @@ class BinaryCrossEntropyWithLogits(Function):
         nx, nt = ctx.needs_input_grad[:2]
         gx = gt = None
         if nx:
-            s = _sigmoid_array(xp, X)
+            s = _sigmoid(xp, X)
             gx = G * (s - T) if P is None else G * ((1 + (P - 1) * T) * s - P * T)
         if nt:
             gt = -X if P is None else (P - 1) * (xp.maximum(-X, 0) + xp.log1p(
                 xp.exp(-xp.abs(X)))) - X
             gt = G * gt
         return _grads(x, t, gx, gt) + (None, None)
+
+
+def _sigmoid(xp, X):
+    """sigmoid(X) by _sigmoid_array's formula; a recorded backward spells it without the
+    buffers that function writes into (out=), which have no recorded meaning."""
+    if not recording():
+        return _sigmoid_array(xp, X)
+    e = xp.exp(-xp.abs(X))
+    return xp.where(X >= 0, 1.0, e) / (e + 1)
 
 
 def _weight(name, weight, x, label="weight"):

@@ -10,6 +10,7 @@ import math
 
 from .. import backend
 from ..autograd import Function
+from ..autograd.graph import Recorded, _rejoined, recording
 from ..creation import default_generator, zeros_like
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array
@@ -32,7 +33,9 @@ class LayerNorm(Function):
     Policy "recompute": a later node that needs y (the next Linear) keeps a recipe, and y
     is rebuilt in backward by the forward kernel from x, so y itself is not kept.
     The arithmetic is backend.kernels.layer_norm_forward / layer_norm_backward on the
-    (rows, normalized size) view of x.
+    (rows, normalized size) view of x. A recorded backward (create_graph=True) recomputes
+    rstd from the recorded x instead of reading the saved one, so that its derivative
+    with respect to x flows into the second derivative.
     """
 
     policy = "layer_norm"
@@ -67,7 +70,8 @@ class LayerNorm(Function):
         ctx.eps = eps
         # a strided x is copied to contiguous rows once, and that copy is kept, not x, so
         # backward (and recompute) read rows without copying x again
-        if x.is_contiguous():
+        ctx.copied = not x.is_contiguous()
+        if not ctx.copied:
             X, kept = x._array().reshape(ctx.rows), x
         else:
             X = backend.xp_for(x.device).ascontiguousarray(x._array()).reshape(ctx.rows)
@@ -89,9 +93,17 @@ class LayerNorm(Function):
     def backward(ctx, g):
         x, rstd_t, weight, bias = ctx.saved_tensors
         G = g._array()
+        if recording() and ctx.copied and ctx.next_functions[0] is not None:
+            # the saved contiguous copy of a strided x has no history: it takes x's (same
+            # values, same shape), so that the second derivative reaches x
+            x = Recorded(_rejoined(x.t, *ctx.next_functions[0]))
+        X = x._array().reshape(ctx.rows)
+        if recording():  # rstd from the recorded x, by the forward kernel's text
+            rstd = backend.kernels.layer_norm_forward(X, None, None, ctx.eps)[1]
+        else:
+            rstd = rstd_t._array().reshape(ctx.rows[0], 1)
         gx, gw, gb = backend.kernels.layer_norm_backward(
-            G.reshape(ctx.rows), x._array().reshape(ctx.rows),
-            rstd_t._array().reshape(ctx.rows[0], 1), _flat(weight), ctx.needs_input_grad[:3])
+            G.reshape(ctx.rows), X, rstd, _flat(weight), ctx.needs_input_grad[:3])
         return (None if gx is None else from_array(gx.reshape(G.shape)),
                 None if gw is None else from_array(gw.reshape(weight.shape)),
                 None if gb is None else from_array(gb.reshape(bias.shape)))
@@ -119,7 +131,9 @@ class CrossEntropy(Function):
     Saves the logits and the per-row logsumexp (N values): the softmax is recomputed in
     backward, so no log-softmax copy and no one-hot matrix is ever kept.
     The rows' arithmetic is backend.kernels.cross_entropy_forward / cross_entropy_backward;
-    the target's range check and the reduction stay here.
+    the target's range check and the reduction stay here. A recorded backward
+    (create_graph=True) recomputes lse from the recorded logits, so that its derivative
+    flows into the second derivative.
     """
 
     @staticmethod
@@ -158,11 +172,16 @@ class CrossEntropy(Function):
 
     @staticmethod
     def backward(ctx, g):
-        logits, lse, target = ctx.saved_tensors
+        logits, lse_t, target = ctx.saved_tensors
         G = g._array()
         scale = G / ctx.count if ctx.reduction == "mean" else G  # "none": one per row
+        X, T = logits._array(), target._array()
+        if recording():  # lse from the recorded logits, by the forward kernel's text
+            lse = backend.kernels.cross_entropy_forward(X, T, ctx.ignore_index)[1]
+        else:
+            lse = lse_t._array()
         return from_array(backend.kernels.cross_entropy_backward(
-            logits._array(), lse._array(), target._array(), ctx.ignore_index, scale)), None
+            X, lse, T, ctx.ignore_index, scale)), None
 
 
 @op(CrossEntropy, *COMPOSED_CLASSES, functional=True)

@@ -10,6 +10,10 @@ float16 is computed in float32, as torch's CPU kernels do (its statistics overfl
 and lose the mean's low bits), and rounded to float16 once, in the results; group_norm and
 batch_norm then keep their per-group or per-channel mean and rstd in float32 (a few values
 each), so backward's xhat is not shifted by a float16-rounded mean.
+
+A recorded backward (create_graph=True) recomputes the statistics from the recorded x with
+the forward's text instead of reading the saved ones: their values are the same, and their
+derivative with respect to x, which the second derivative needs, flows.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording
 from ..errors import ShapeError
 from ._math_util import wide
 from ._util import check_same_device, from_array
@@ -71,6 +76,7 @@ class RMSNorm(Function):
         ctx.axes = tuple(range(x.ndim - n, x.ndim))
         lead = tuple(x.shape[: x.ndim - n])
         ctx.rows = (shp.numel(lead), shp.numel(normalized_shape))  # the kernels' 2-D view
+        ctx.eps = eps
         y, rstd = backend.kernels.rms_norm_forward(X.reshape(ctx.rows),
                                                    _flat_as(weight, X.dtype), eps)
         ctx.save_for_backward(x, from_array(rstd.reshape(lead + (1,) * n)), weight)
@@ -80,10 +86,13 @@ class RMSNorm(Function):
     def backward(ctx, g):
         x, rstd_t, weight = ctx.saved_tensors
         G = g._array()
+        X = x._array().reshape(ctx.rows)
+        if recording():  # rstd from the recorded x, by the forward kernel's text
+            rstd = backend.kernels.rms_norm_forward(X, None, ctx.eps)[1]
+        else:
+            rstd = rstd_t._array().reshape(ctx.rows[0], 1)
         gx, gw = backend.kernels.rms_norm_backward(
-            G.reshape(ctx.rows), x._array().reshape(ctx.rows),
-            rstd_t._array().reshape(ctx.rows[0], 1), _flat_as(weight, G.dtype),
-            ctx.needs_input_grad[:2])
+            G.reshape(ctx.rows), X, rstd, _flat_as(weight, G.dtype), ctx.needs_input_grad[:2])
         return (None if gx is None else from_array(gx.reshape(G.shape)),
                 None if gw is None else
                 from_array(gw.astype(weight.dtype.np, copy=False).reshape(weight.shape)))
@@ -107,6 +116,21 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002 - to
 def _channel_view(arr, ndim):
     """A (C,) parameter shaped (1, C, 1, ...) to broadcast against (N, C, *)."""
     return arr.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def _centred_var(xp, X, axes):
+    """(mean, X - mean, var) over `axes`, kept: forward's statistics, which a recorded
+    backward recomputes from the recorded x by this same text."""
+    mean = xp.mean(X, axis=axes, keepdims=True)
+    centred = X - mean
+    return mean, centred, xp.mean(xp.square(centred), axis=axes, keepdims=True)
+
+
+def _recorded_xhat(xp, X, axes, eps):
+    """(xhat, rstd) of a recorded backward, from the recorded x (training statistics)."""
+    _, xhat, var = _centred_var(xp, X, axes)
+    rstd = 1.0 / xp.sqrt(var + eps)
+    return xhat * rstd, rstd
 
 
 def _affine(xp, xhat, weight, bias, dtype):
@@ -154,11 +178,10 @@ class GroupNorm(Function):
         # its silence: a mean over a size-0 axis warns)
         ctx.groups = (N, num_groups, shp.numel(x.shape[1:]) // num_groups)
         grouped = wide(x._array()).reshape(ctx.groups)  # (N, G, C/G * positions)
-        mean = xp.mean(grouped, axis=2, keepdims=True)
-        xhat = grouped - mean
-        var = xp.mean(xp.square(xhat), axis=2, keepdims=True)
+        mean, xhat, var = _centred_var(xp, grouped, 2)
         rstd = 1.0 / xp.sqrt(var + eps)
         xhat *= rstd
+        ctx.eps = eps
         ctx.save_for_backward(x, from_array(mean), from_array(rstd), weight)
         return from_array(_affine(xp, xhat.reshape(x.shape), weight, bias, x.dtype.np))
 
@@ -167,8 +190,11 @@ class GroupNorm(Function):
         x, mean_t, rstd_t, weight = ctx.saved_tensors
         xp = backend.xp_for(g.device)
         G = wide(g._array())
-        rstd = rstd_t._array()
-        xhat = (wide(x._array()).reshape(ctx.groups) - mean_t._array()) * rstd
+        if recording():
+            xhat, rstd = _recorded_xhat(xp, wide(x._array()).reshape(ctx.groups), 2, ctx.eps)
+        else:
+            rstd = rstd_t._array()
+            xhat = (wide(x._array()).reshape(ctx.groups) - mean_t._array()) * rstd
         xhat = xhat.reshape(G.shape)
         axes = (0,) + tuple(range(2, G.ndim))
         dtype = g.dtype.np
@@ -224,9 +250,7 @@ class BatchNorm(Function):
             if count <= 1:
                 raise ValueError(f"batch_norm: expected more than 1 value per channel when "
                                  f"training, got input of shape {tuple(x.shape)}")
-            mean = xp.mean(X, axis=axes, keepdims=True)
-            xhat = X - mean
-            var = xp.mean(xp.square(xhat), axis=axes, keepdims=True)
+            mean, xhat, var = _centred_var(xp, X, axes)
             with backend.on_device(x.device):
                 _update_running(running_mean, mean, momentum)
                 _update_running(running_var, var * (count / (count - 1)), momentum)
@@ -239,7 +263,7 @@ class BatchNorm(Function):
             xhat = X - mean
         rstd = 1.0 / xp.sqrt(var + eps)
         xhat *= rstd
-        ctx.training = training
+        ctx.training, ctx.eps = training, eps
         ctx.save_for_backward(x, from_array(mean), from_array(rstd), weight)
         return from_array(_affine(xp, xhat, weight, bias, x.dtype.np))
 
@@ -247,9 +271,13 @@ class BatchNorm(Function):
     def backward(ctx, g):
         x, mean_t, rstd_t, weight = ctx.saved_tensors
         xp = backend.xp_for(g.device)
-        G, rstd = wide(g._array()), rstd_t._array()
-        xhat = (wide(x._array()) - mean_t._array()) * rstd
+        G = wide(g._array())
         axes = (0,) + tuple(range(2, G.ndim))
+        if recording() and ctx.training:  # (evaluation's statistics are constants)
+            xhat, rstd = _recorded_xhat(xp, wide(x._array()), axes, ctx.eps)
+        else:
+            rstd = rstd_t._array()
+            xhat = (wide(x._array()) - mean_t._array()) * rstd
         dtype = g.dtype.np
         gw, gb = _affine_grads(ctx, xp, G, xhat, axes, dtype)
         gx = None
