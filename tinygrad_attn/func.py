@@ -395,7 +395,7 @@ def _lift_args(args: tuple, nums: tuple, name: str) -> tuple:
     args = list(args)
     fresh, specs = [], []
     for i in nums:
-        leaves, spec = _flatten(args[i], name, f"argument {i} to be")
+        leaves, spec = _flatten(args[i], name, f"argument {i} to be", ValueError)
         lifted = [_af.fresh_alias(t, name) for t in leaves]
         args[i] = _unflatten(lifted, spec)
         fresh.extend(lifted)
@@ -449,27 +449,28 @@ def _results(tree, fresh: list, caller_records: bool, name: str):
 _LEAF = "*"
 
 
-def _flatten(tree, name: str, what: str) -> tuple:
-    """(the Tensors of a nested tuple/list/dict, in order; its spec)."""
+def _flatten(tree, name: str, what: str, error=RuntimeError) -> tuple:
+    """(the Tensors of a nested tuple/list/dict, in order; its spec). Anything else in it is
+    `error`: torch's ValueError for arguments, RuntimeError for outputs, aux and tangents."""
     leaves: list = []
-    spec = _flatten_into(tree, leaves, name, what)
+    spec = _flatten_into(tree, leaves, name, what, error)
     return leaves, spec
 
 
-def _flatten_into(tree, leaves: list, name: str, what: str):
+def _flatten_into(tree, leaves: list, name: str, what: str, error):
     if isinstance(tree, Tensor):
         leaves.append(tree)
         return _LEAF
     if tree is None:
         return None
     if isinstance(tree, (tuple, list)):
-        kids = tuple(_flatten_into(t, leaves, name, what) for t in tree)
+        kids = tuple(_flatten_into(t, leaves, name, what, error) for t in tree)
         return (type(tree), None, kids)
     if isinstance(tree, dict):
         keys = tuple(tree)
-        kids = tuple(_flatten_into(tree[k], leaves, name, what) for k in keys)
+        kids = tuple(_flatten_into(tree[k], leaves, name, what, error) for k in keys)
         return (type(tree), keys, kids)
-    raise ValueError(
+    raise error(
         f"{name}: expected {what} Tensors or (nested) tuples, lists or dicts of Tensors; got "
         f"{type(tree).__name__}"
     )
