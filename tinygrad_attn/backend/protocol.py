@@ -49,21 +49,6 @@ def result_type(*types):
     return np.result_type(*[np.empty((), t) if isinstance(t, np.dtype) else t for t in types])
 
 
-def floor_quotient(a, b):
-    """floor(a / b) of plain arrays or numbers (remainder's quotient, with no derivative)."""
-    return np.floor(np.true_divide(a, b))
-
-
-def trunc_quotient(a, b):
-    """trunc(a / b) (fmod's quotient)."""
-    return np.trunc(np.true_divide(a, b))
-
-
-def copysign_one(b):
-    """+1 or -1 with b's sign bit, as an array."""
-    return np.copysign(1.0, b)
-
-
 def pad_width(width, ndim: int):
     """np.pad's pad_width as one (before, after) pair per dim."""
     return [tuple(int(v) for v in p) for p in np.broadcast_to(np.asarray(width), (ndim, 2))]

@@ -202,6 +202,10 @@ class RecordedArray(protocol.ArrayProtocol):
     def _as_recorded(self):
         return graph.Recorded(self.t)
 
+    def _xp(self):
+        """The array module of this array's device, for what is computed on plain arrays."""
+        return backend.xp_for(self.t.device)
+
     def _refuse(self, what: str) -> RuntimeError:
         op = ledger_state.local.labels.get("op") or "a backward"
         return RuntimeError(
@@ -216,7 +220,8 @@ class RecordedArray(protocol.ArrayProtocol):
         if name in _CONSTANT_UFUNCS:
             if out is not None:
                 kwargs["out"] = tuple(_raw(o) for o in out)
-            return getattr(ufunc, method)(*_raw(list(inputs)), **kwargs)
+            own = getattr(self._xp(), name, ufunc)  # the device's own (CuPy's on a GPU)
+            return getattr(own, method)(*_raw(list(inputs)), **kwargs)
         if kwargs.get("dtype") is None:
             kwargs.pop("dtype", None)
         if kwargs.pop("casting", "same_kind") != "same_kind" or kwargs:
@@ -248,13 +253,16 @@ class RecordedArray(protocol.ArrayProtocol):
                 return RecordedArray(_as(_BINARY[name](a, b), dtype))
             if name in ("remainder", "fmod") and len(inputs) == 2:
                 # a - b * k with k = floor(a / b) (trunc for fmod), which has no derivative
-                k = getattr(protocol, "floor_quotient" if name == "remainder"
-                            else "trunc_quotient")(_raw(inputs[0]), _raw(inputs[1]))
+                xp = self._xp()
+                q = xp.true_divide(_raw(inputs[0]), _raw(inputs[1]))
+                k = xp.floor(q) if name == "remainder" else xp.trunc(q)
                 a, b = _tensor(inputs[0]), _tensor(inputs[1])
                 k = from_array(k) if backend.is_array(k) else k
                 return RecordedArray(_as(a - _BINARY["multiply"](b, k), dtype))
+            if name == "copysign" and len(inputs) == 2 and not _is_recorded(inputs[0]):
+                return self._xp().copysign(*_raw(list(inputs)))  # no derivative in b
             if name == "copysign" and len(inputs) == 2:
-                sign = protocol.copysign_one(_raw(inputs[1]))  # +-1: no derivative in b
+                sign = self._xp().copysign(1.0, _raw(inputs[1]))  # +-1: no derivative in b
                 a = _tensor(inputs[0])
                 return RecordedArray(_as(a.abs() * from_array(sign), dtype))
         raise self._refuse(f"numpy.{name}")
@@ -281,7 +289,8 @@ class RecordedArray(protocol.ArrayProtocol):
             if result is not NotImplemented:
                 return _rewrap(result)
         if name in _CONSTANT_FUNCTIONS:
-            return func(*_raw(list(args)), **{k: _raw(v) for k, v in kwargs.items()})
+            own = getattr(self._xp(), name, func)
+            return own(*_raw(list(args)), **{k: _raw(v) for k, v in kwargs.items()})
         raise self._refuse(f"numpy.{name}")
 
     # -- the ndarray attributes a backward reads ------------------------------------------
@@ -412,7 +421,7 @@ class RecordedArray(protocol.ArrayProtocol):
     def dot(self, other):
         return _FUNCTIONS["dot"](self, other)
 
-    def argmax(self, *a, **k):
+    def argmax(self, *a, **k):  # the plain array's answers (no derivative flows)
         return self.t._array().argmax(*a, **k)
 
     def argmin(self, *a, **k):
@@ -439,6 +448,40 @@ class RecordedArray(protocol.ArrayProtocol):
             v = _tensor(value)
             new[_index(index)] = v
             self.t = new
+
+
+def _operator(name: str, reflected: bool = False, inplace: bool = False):
+    """A Python operator of RecordedArray, straight to the recorded ufunc (not through
+    NumPy's dispatch, which refuses a CuPy operand: a constant of a backward on a GPU)."""
+    def method(self, other):
+        inputs = (other, self) if reflected else (self, other)
+        if name in _CONSTANT_UFUNCS:
+            return getattr(self._xp(), name)(*_raw(list(inputs)))
+        result = self._call(name, inputs)
+        if inplace:  # x += y: x holds the recorded sum (no tensor is written)
+            self.t = result.t
+            return self
+        return result
+
+    method.__name__ = name
+    return method
+
+
+for _op, _ufunc in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
+                    ("truediv", "divide"), ("pow", "power"), ("matmul", "matmul"),
+                    ("mod", "remainder"), ("floordiv", "floor_divide"), ("lt", "less"),
+                    ("le", "less_equal"), ("gt", "greater"), ("ge", "greater_equal"),
+                    ("eq", "equal"), ("ne", "not_equal"), ("and", "bitwise_and"),
+                    ("or", "bitwise_or"), ("xor", "bitwise_xor")):
+    setattr(RecordedArray, f"__{_op}__", _operator(_ufunc))
+    if _op not in ("lt", "le", "gt", "ge", "eq", "ne"):
+        setattr(RecordedArray, f"__r{_op}__", _operator(_ufunc, reflected=True))
+        setattr(RecordedArray, f"__i{_op}__", _operator(_ufunc, inplace=True))
+RecordedArray.__neg__ = lambda self: self._call("negative", (self,))
+RecordedArray.__pos__ = lambda self: self
+RecordedArray.__abs__ = lambda self: self._call("absolute", (self,))
+RecordedArray.__hash__ = None
+del _op, _ufunc
 
 
 def _index(index):
@@ -679,6 +722,16 @@ def _f_abs(x, *a, **k):
     return _tensor(x).abs()
 
 
+def _f_copyto(dst, src, casting="same_kind", where=True):
+    """np.copyto into a recorded array: it then holds where(where, src, dst), a new recorded
+    tensor (the one it held is untouched); into a plain array: refused."""
+    if type(dst) is not RecordedArray:
+        return NotImplemented
+    shape = tuple(dst.t.shape)
+    new = _as(_where(where, src, dst), dst.t.dtype.np)
+    dst.t = new if tuple(new.shape) == shape else new.expand(shape)
+
+
 _FUNCTIONS = {
     "sum": _f_sum, "mean": _f_mean, "amax": _f_amax, "max": _f_amax, "amin": _f_amin,
     "min": _f_amin, "prod": _f_prod, "where": _f_where, "reshape": _f_reshape,
@@ -692,7 +745,7 @@ _FUNCTIONS = {
     "dot": _f_dot, "einsum": _f_einsum, "outer": _f_outer, "cumsum": _f_cumsum,
     "cumprod": _f_cumprod, "ravel": _f_ravel, "tile": _f_tile, "repeat": _f_repeat,
     "roll": _f_roll, "split": _f_split, "pad": _f_pad, "nan_to_num": _f_nan_to_num,
-    "absolute": _f_abs,
+    "absolute": _f_abs, "copyto": _f_copyto,
 }
 """numpy function name -> its recorded implementation (returns a Tensor, a list of them,
 a plain array for a constant, or NotImplemented to refuse)."""
