@@ -125,8 +125,7 @@ def vjp(func, *primals, has_aux: bool = False):
             create_graph = is_grad_enabled() and (
                 outside or any(c.requires_grad for c in cts))
         grads = _af._grad(out_leaves, fresh, cts, create_graph, retain_graph)
-        with enable_grad() if create_graph else contextlib.nullcontext():
-            grads = [creation.zeros_like(x) if g is None else g for g, x in zip(grads, fresh)]
+        grads = [creation.zeros_like(x) if g is None else g for g, x in zip(grads, fresh)]
         return tuple(_unflatten_all(grads, specs))
 
     result = _unflatten([_result(o, fresh, caller_records) for o in out_leaves], out_spec)
