@@ -28,6 +28,7 @@ import math
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording, unwrap, wrap
 from ..creation import default_generator
 from ..errors import ShapeError
 from ._math_util import wide
@@ -108,6 +109,8 @@ class ScaledDotProductAttention(Function):
     With dropout, z = keep / (1 - p_drop): dv += (p z)^T do and ds = p * (dp z - rowsum(do *
     out)) (rowsum(dp z p) is still rowsum(do * out)). Dropout saves no tensor at all: only
     its seed, one Python int on ctx, from which backward rebuilds each tile's mask.
+    Under create_graph=True the same tiles run on recorded arrays (_recorded_backward), with
+    the logsumexp recomputed from q and k so that its derivative flows too.
     """
 
     @staticmethod
@@ -166,6 +169,8 @@ class ScaledDotProductAttention(Function):
     @staticmethod
     def backward(ctx, g):
         q, k, v, out, lse, mask = ctx.saved_tensors
+        if recording():
+            return _recorded_backward(ctx, q, k, v, out, lse, mask, g)
         xp = backend.xp_for(g.device)
         Q, K, V, O, LSE, G = (wide(t._array()) for t in (q, k, v, out, lse, g))
         B = Q.shape[:-2]
@@ -219,6 +224,115 @@ class ScaledDotProductAttention(Function):
             return grads
         return grads + (unbroadcast(from_array(dM.astype(mask.dtype.np, copy=False)),
                                     mask.shape),)
+
+
+def _recorded_backward(ctx, q, k, v, out, lse, mask, g):
+    """The blocked backward under create_graph=True: the same tiles through the same kernels
+    (their NumPy text, on recorded arrays), so that the result carries a graph. Two things
+    differ from the first-order loop. The row logsumexp that forward saved has no graph of
+    its own, yet p = exp(s - lse) depends on q, k and the mask through it: each query
+    block's lse is recomputed from its tiles by recorded ops (_recorded_lse). And a recorded
+    value is never written into a buffer: each block's gradient is gathered in a list and the
+    blocks are joined at the end (the recorded graph holds the tiles; its memory is not the
+    first-order path's).
+    """
+    xp = backend.xp_for(g.device)
+    Q, K, V, O, G = (wide(t._array()) for t in (q, k, v, out, g))
+    B = Q.shape[:-2]
+    Tq, Tk = Q.shape[-2], K.shape[-2]
+    bs, scale, causal, drop = ctx.block_size, ctx.scale, ctx.is_causal, ctx.dropout
+    # what no derivative flows through is read as a plain array: the saved lse (forward
+    # made it without a graph; it serves as a shift) and a bool mask; a float mask is an
+    # input whose gradient is recorded
+    LSE = wide(unwrap(lse)._array())
+    M = None
+    if mask is not None:
+        M = unwrap(mask)._array() if mask.dtype is backend.bool_ else wide(mask._array())
+        M = xp.broadcast_to(M, B + (Tq, Tk))
+    n_mask = len(ctx.needs_input_grad) > 3 and ctx.needs_input_grad[3]
+    Drow = (G * O).sum(axis=-1, keepdims=True)
+    key_blocks = range(0, Tk, bs)
+    dQ_rows, dM_rows = [], []
+    dK_cols, dV_cols = [None] * len(key_blocks), [None] * len(key_blocks)
+    for i0 in range(0, Tq, bs):
+        i1 = min(i0 + bs, Tq)
+        q_blk, g_blk, d_blk = Q[..., i0:i1, :], G[..., i0:i1, :], Drow[..., i0:i1, :]
+        lse_blk = _recorded_lse(xp, q_blk, K, M, causal, scale, bs, i0, i1,
+                                LSE[..., i0:i1, :])
+        dq, dM_tiles = None, []
+        for n, j0 in enumerate(key_blocks):
+            if causal and j0 > i1 - 1:
+                break
+            j1 = min(j0 + bs, Tk)
+            k_blk, v_blk = K[..., j0:j1, :], V[..., j0:j1, :]
+            p = backend.matmul(xp, q_blk, xp.swapaxes(k_blk, -1, -2))
+            keep, add = _block_mask(xp, causal, M, i0, i1, j0, j1)
+            backend.kernels.attention_block_probs(p, lse_blk, keep, add, scale)
+            ds = backend.matmul(xp, g_blk, xp.swapaxes(v_blk, -1, -2))
+            if drop is None:
+                dv = backend.matmul(xp, xp.swapaxes(p, -1, -2), g_blk)
+            else:
+                z = _constant(_dropout_keep(xp, drop, B, Tq, Tk, i0, i1, j0, j1)
+                              * p.dtype.type(drop[2]))
+                dv = backend.matmul(xp, xp.swapaxes(p * z, -1, -2), g_blk)
+                ds = ds * z
+            backend.kernels.attention_block_dscores(ds, p, d_blk, 1 if n_mask else scale)
+            if n_mask:
+                dM_tiles.append(ds)
+                ds = ds * scale  # a new array: the tile just kept stays unscaled
+            dq = _plus(dq, backend.matmul(xp, ds, k_blk))
+            dK_cols[n] = _plus(dK_cols[n], backend.matmul(xp, xp.swapaxes(ds, -1, -2), q_blk))
+            dV_cols[n] = _plus(dV_cols[n], dv)
+        dQ_rows.append(dq)
+        if n_mask:
+            dM_rows.append(xp.concatenate(dM_tiles, axis=-1))
+    for cols, width in ((dK_cols, K.shape[-1]), (dV_cols, V.shape[-1])):
+        for n, j0 in enumerate(key_blocks):  # key blocks no query saw (causal, Tk > Tq)
+            if cols[n] is None:
+                cols[n] = _constant(xp.zeros(B + (min(j0 + bs, Tk) - j0, width), dtype=Q.dtype))
+    dtype = q.dtype.np
+    grads = tuple(from_array(xp.concatenate(blocks, axis=-2).astype(dtype, copy=False))
+                  if needed else None
+                  for blocks, needed in zip((dQ_rows, dK_cols, dV_cols), ctx.needs_input_grad))
+    if not n_mask:
+        return grads
+    dM = from_array(xp.concatenate(dM_rows, axis=-2).astype(mask.dtype.np, copy=False))
+    return grads + (unbroadcast(dM, mask.shape),)
+
+
+def _recorded_lse(xp, q_blk, K, M, causal, scale, bs, i0, i1, saved):
+    """One query block's row logsumexp, recomputed from its tiles by recorded ops:
+    lse = c + log(sum over the key blocks of rowsum(exp(z - c))), with the saved lse (a
+    plain array) as the shift c, which keeps the exps near 1. A row that sees no key keeps
+    +inf (its p is 0 and nothing flows through it); its sum is replaced by 1 so that no
+    log(0) is taken."""
+    unseen = xp.isinf(saved)
+    shift = _constant(xp.where(unseen, 0, saved))
+    total = None
+    for j0 in range(0, K.shape[-2], bs):
+        if causal and j0 > i1 - 1:
+            break
+        j1 = min(j0 + bs, K.shape[-2])
+        e = backend.matmul(xp, q_blk, xp.swapaxes(K[..., j0:j1, :], -1, -2))
+        keep, add = _block_mask(xp, causal, M, i0, i1, j0, j1)
+        backend.kernels.attention_block_probs(e, shift, keep, add, scale)  # exp(z - c)
+        total = _plus(total, e.sum(axis=-1, keepdims=True))
+    # unseen rows: inf + log(0 + 1); the others: c + log(total + 0)
+    return (_constant(xp.where(unseen, xp.inf, saved))
+            + xp.log(total + _constant(unseen.astype(saved.dtype))))
+
+
+def _constant(a):
+    """A plain array as a recorded array with no graph, for arithmetic with recorded ones:
+    NumPy's ufuncs then see only recorded operands (beside a device array that refuses
+    NumPy's ufuncs, as the fake CuPy's do, NumPy would raise before asking the recorded
+    one)."""
+    return wrap(from_array(a))._array()
+
+
+def _plus(acc, x):
+    """acc + x, with None as an empty sum."""
+    return x if acc is None else acc + x
 
 
 @op(ScaledDotProductAttention, functional=True)

@@ -229,15 +229,18 @@ def attention_block_forward(s, m, l, acc, keep, add, scale) -> None:
 def attention_block_probs(s, lse, keep, add, scale) -> None:
     """The tile's probabilities rebuilt in backward from its scores and the forward's row
     logsumexp lse (..., bq, 1), written over s: p = exp(s * scale + add - lse), 0 where
-    not keep."""
+    not keep. The hidden scores become -inf before the exp (whose p is then 0 exactly), not
+    0 after it: a hidden score far above the row's lse would overflow to inf there, and on a
+    recorded tile (create_graph) the derivative through that inf is nan, not 0. (~keep, not
+    logical_not(keep): on a recorded tile xp is NumPy, and keep may be a device array.)"""
     xp = _array_module(s)
     s *= s.dtype.type(scale)
     if add is not None:
         s += add
+    if keep is not None:
+        xp.copyto(s, -np.inf, where=~keep)
     s -= lse
     xp.exp(s, out=s)
-    if keep is not None:
-        xp.copyto(s, 0, where=xp.logical_not(keep))
 
 
 def attention_block_dscores(dp, p, d, scale) -> None:
