@@ -14,8 +14,10 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import Recorded, recording, unwrap
 from ..backend.dtypes import checked_scalar
 from ._axis import as_1d, check_index, dim_of, scan
+from ._recorded import add_at
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .indexing import _full_index
 from .registry import op
@@ -47,6 +49,13 @@ def _linear(xp, shape, grid, index_shape):
 def _src_part(src, index_shape):
     """The leading index-shaped block of src (torch reads only that much of it)."""
     return src[tuple(slice(0, n) for n in index_shape)]
+
+
+def _constant(arr):
+    """A plain array (a mask, a count) that a backward combines with its gradient: as it
+    is, or in a recorded backward as a recorded constant (no derivative flows into it), so
+    that NumPy's calls see recorded operands only and keep it on its device."""
+    return Recorded(from_array(arr))._array() if recording() else arr
 
 
 _COMBINE = {"prod": "multiply", "amax": "maximum", "amin": "minimum"}
@@ -140,12 +149,12 @@ class ScatterReduce(Function):
         xp = backend.xp_for(g.device)
         how, shape1 = ctx.how, ctx.shape1
         G = as_1d(g._array())
-        I = as_1d(index._array())
+        I = as_1d(unwrap(index)._array())
         grid = _grid(xp, shape1, I, ctx.d)
         lin = _linear(xp, shape1, grid, I.shape)
         hit = xp.zeros(G.size, dtype=bool)
         hit[lin] = True
-        hit = hit.reshape(shape1)
+        hit = _constant(hit.reshape(shape1))
         gx = gsrc_part = None
         if how in ("none", "sum"):
             keep_self = how == "sum" and ctx.include_self
@@ -155,7 +164,7 @@ class ScatterReduce(Function):
             count = xp.zeros(G.size, dtype=G.dtype)
             backend.scatter_add(count, lin, xp.ones(lin.size, dtype=G.dtype))
             count = count.reshape(shape1) + (1 if ctx.include_self else 0)
-            scaled = G / xp.where(count == 0, 1, count)
+            scaled = G / _constant(xp.where(count == 0, 1, count))
             gx = scaled if ctx.include_self else xp.where(hit, 0, G)
             gsrc_part = scaled[grid]
         else:
@@ -167,39 +176,46 @@ class ScatterReduce(Function):
                 src_eq = S == Y[grid]
                 count = self_eq.astype(G.dtype).reshape(-1)
                 backend.scatter_add(count, lin, src_eq.astype(G.dtype).reshape(-1))
-                share = G / count.reshape(shape1)
-                gx = xp.where(self_eq, share, 0)
-                gsrc_part = xp.where(src_eq, share[grid], 0)
+                share = G / _constant(count.reshape(shape1))
+                gx = xp.where(_constant(self_eq), share, 0)
+                gsrc_part = xp.where(_constant(src_eq), share[grid], 0)
             else:  # prod
                 gx, gsrc_part = _prod_grads(xp, ctx, X, Y, S, G, I, grid, lin, hit)
         gx = from_array(gx.reshape(ctx.x_shape))
         gsrc = None
         if ctx.src_shape is not None and ctx.needs_input_grad[3]:
             full = xp.zeros(ctx.src_shape or (1,), dtype=G.dtype)
-            _src_part(full, I.shape)[...] = gsrc_part
+            if recording():  # the block torch read, written by the idiom that records
+                full = add_at(full, tuple(slice(0, n) for n in I.shape), gsrc_part)
+            else:
+                _src_part(full, I.shape)[...] = gsrc_part
             gsrc = from_array(full.reshape(ctx.src_shape))
         return gx, None, None, gsrc
 
 
 def _prod_grads(xp, ctx, X, Y, S, G, I, grid, lin, hit):
-    """torch's zero-safe gradients of scatter_reduce(prod)."""
+    """torch's zero-safe gradients of scatter_reduce(prod). The masks are constants of a
+    recorded backward (_constant); the products are recorded, so their derivatives flow."""
     def forward(self_arr, src_arr):
         out = self_arr.copy()
         flat = out.reshape(-1)
         if not ctx.include_self:
             flat[lin] = 1
         _reduce_into(xp, flat, lin, src_arr.reshape(-1), "prod")
-        return out
+        # flat is a view of out; a recorded flat is the array the writes went into
+        return flat.reshape(self_arr.shape)
 
     if ctx.include_self:
-        masked_self_result = forward(xp.where(X == 0, 1, X), S)
-        gx = xp.where(X == 0, G * masked_self_result, G * Y / xp.where(X == 0, 1, X))
+        self_zero = _constant(X == 0)
+        masked_self_result = forward(xp.where(self_zero, 1, X), S)
+        gx = xp.where(self_zero, G * masked_self_result, G * Y / xp.where(self_zero, 1, X))
     else:
         gx = xp.where(hit, 0, G)
     src_zero = S == 0
     zeros_at = xp.zeros(X.size, dtype=G.dtype)
     backend.scatter_add(zeros_at, lin, src_zero.astype(G.dtype).reshape(-1))
     single = src_zero & (zeros_at.reshape(X.shape)[grid] == 1)
+    single, src_zero = _constant(single), _constant(src_zero)
     masked_src_result = forward(X, xp.where(single, 1, S))
     gsrc = xp.where(single, (G * masked_src_result)[grid],
                     (G * Y)[grid] / xp.where(src_zero, 1, S))
@@ -296,7 +312,7 @@ class IndexWrite(Function):
         (index,) = ctx.saved_tensors
         xp = backend.xp_for(g.device)
         G = as_1d(g._array())
-        I = index._array()
+        I = unwrap(index)._array()
         rows = (slice(None),) * ctx.d + (I,)
         if ctx.how == "add":
             gx = G
@@ -305,9 +321,11 @@ class IndexWrite(Function):
             gx[rows] = 0
         gs = None
         if ctx.source_shape is not None and ctx.needs_input_grad[3]:
-            picked = xp.take(G, I, axis=ctx.d)
-            if ctx.how == "fill":
-                gs = from_array(xp.asarray(picked.sum()))
+            # G[rows] is the same rows as take's, by an index a recorded array follows
+            picked = G[rows] if recording() else xp.take(G, I, axis=ctx.d)
+            if ctx.how == "fill":  # NumPy's sum is a scalar; a recorded one is 0-d already
+                total = picked.sum()
+                gs = from_array(total if recording() else xp.asarray(total))
             else:
                 gs = from_array((picked * ctx.alpha).reshape(ctx.source_shape))
         return from_array(gx.reshape(ctx.x_shape)), None, None, gs
@@ -356,7 +374,11 @@ class MaskedSelect(Function):
         (mask,) = ctx.saved_tensors
         xp = backend.xp_for(g.device)
         out = xp.zeros(ctx.shape, dtype=g.dtype.np)
-        out[xp.broadcast_to(mask._array(), ctx.shape)] = g._array()
+        M = xp.broadcast_to(unwrap(mask)._array(), ctx.shape)
+        if recording():  # g into the zeros by the idiom that records (no repeats: a put)
+            out = add_at(out, M, g._array())
+        else:
+            out[M] = g._array()
         return unbroadcast(from_array(out), ctx.x_shape), None
 
 
@@ -397,7 +419,10 @@ class MaskedScatter(Function):
         M = xp.broadcast_to(mask._array(), G.shape)
         gx = xp.where(M, 0, G)
         gs = xp.zeros(shp.numel(ctx.source_shape), dtype=G.dtype)
-        gs[: ctx.count] = G[M]
+        if recording():  # the first count elements, by the idiom that records
+            gs = add_at(gs, slice(0, ctx.count), G[M])
+        else:
+            gs[: ctx.count] = G[M]
         return from_array(gx), None, from_array(gs.reshape(ctx.source_shape))
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording, unwrap
 from ..backend.dtypes import checked_scalar
 from ..errors import ShapeError
+from ._recorded import add_at
 from ._util import Tensor, check_same_device, from_array, unbroadcast, zeros_array
 from .registry import op
 
@@ -101,15 +103,39 @@ class ResolvedIndex:
         return arr[self.basic] if self.arrays is None else arr[self.basic][self.arrays]
 
     def write(self, arr, value) -> None:
-        """arr[index] = value, in place (the basic part of an advanced index is a view)."""
+        """arr[index] = value, in place (the basic part of an advanced index is a view).
+
+        A recorded array's `arr[basic]` is a new array, not a view, so there the write
+        goes in one step, at the positions the whole index selects."""
         if self.arrays is None:
             arr[self.basic] = value
-        else:
+        elif not recording():
             arr[self.basic][self.arrays] = value
+        elif arr.ndim == 0:  # a 0-d mask on a 0-d array: all of it, or nothing
+            if self._positions(arr)[0].size:
+                arr[...] = value
+        else:
+            arr[self._positions(arr)] = value
 
-    def add_into(self, arr, value) -> None:
-        """arr[index] += value with repeated positions summed."""
-        backend.scatter_add(arr[self.basic], self.arrays, value)
+    def add_into(self, arr, value):
+        """arr[index] += value with repeated positions summed; returns arr (written in
+        place), or, for a recorded value, the recorded sum (a new array)."""
+        if not recording():
+            backend.scatter_add(arr[self.basic], self.arrays, value)
+            return arr
+        if arr.ndim == 0:  # x[True] of a 0-d x: the one element, once or not at all
+            return add_at(arr.reshape(1), self._positions(arr), value).reshape(())
+        return add_at(arr, self._positions(arr), value)
+
+    def _positions(self, arr) -> tuple:
+        """Integer arrays (one per dim of arr, each of the shape of arr[index]) of the
+        positions arr[index] reads: the index as one NumPy advanced index (for a 0-d arr,
+        one array of positions in arr.reshape(1))."""
+        first = next(a for a in self.arrays if backend.is_array(a))
+        xp = backend.xp_for(backend.device_of(first))
+        shape = tuple(arr.shape)
+        flat = self.read(xp.arange(shp.numel(shape), dtype=xp.int64).reshape(shape))
+        return xp.unravel_index(flat, shape) if shape else (flat,)
 
 
 def _check_bounds(op: str, arr, dim: int, shape: tuple) -> None:
@@ -210,7 +236,7 @@ class AdvancedIndex(Function):
     @staticmethod
     def backward(ctx, g):
         out = zeros_array(ctx.in_shape, g.dtype, g.device)
-        ctx.index.add_into(out, g._array())
+        out = ctx.index.add_into(out, g._array())
         return from_array(out)
 
 
@@ -350,7 +376,10 @@ class MaskedFill(Function):
         M, G = mask._array(), g._array()
         nx, _, nv = ctx.needs_input_grad
         gx = from_array(backend.masked_fill(G, M, 0)) if nx else None
-        gv = from_array(xp.asarray(xp.where(M, G, 0).sum())) if nv else None
+        gv = None
+        if nv:  # NumPy's sum is a scalar, made a 0-d array; a recorded sum is one already
+            total = xp.where(M, G, 0).sum()
+            gv = from_array(total if recording() else xp.asarray(total))
         return gx, None, gv
 
 
@@ -454,7 +483,7 @@ class Gather(Function):
     @staticmethod
     def backward(ctx, g):
         out = zeros_array(ctx.in_shape, g.dtype, g.device)
-        backend.scatter_add(out, ctx.full, g._array())
+        out = add_at(out, ctx.full, g._array())
         return from_array(out), None, None
 
 
@@ -489,7 +518,11 @@ class IndexSelect(Function):
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
         out = zeros_array(ctx.in_shape, g.dtype, g.device)
-        backend.index_add(out, ctx.dim, index._array().reshape(-1), g._array())
+        I = unwrap(index)._array().reshape(-1)
+        if recording():  # the same sum, by the idiom that records (index_add has no twin)
+            out = add_at(out, (slice(None),) * ctx.dim + (I,), g._array())
+        else:
+            backend.index_add(out, ctx.dim, I, g._array())
         return from_array(out), None, None
 
 

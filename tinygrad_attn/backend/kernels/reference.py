@@ -60,7 +60,10 @@ def index_add(target, dim: int, index, values) -> None:
 def masked_fill(x, mask, value):
     """A C-ordered copy of x with `value` (a scalar or 0-d array) where the broadcast
     `mask` is True: one copy plus a masked store (about 40% faster than where(), which
-    reads three operands, on an attention-shaped (8, 6, 256, 256) float32 array)."""
+    reads three operands, on an attention-shaped (8, 6, 256, 256) float32 array).
+    A recorded x or value takes where(), whose recorded meaning is the same selection."""
+    if isinstance(x, ArrayProtocol) or isinstance(value, ArrayProtocol):
+        return (np if isinstance(mask, _HOST) else devices.cp).where(mask, value, x)
     xp = np if isinstance(x, _HOST) else devices.cp
     out = xp.array(x, order="C", copy=True)
     xp.copyto(out, value, casting="unsafe", where=mask)
