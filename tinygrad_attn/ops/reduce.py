@@ -5,9 +5,11 @@ from __future__ import annotations
 from .. import backend, return_types
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording
 from ..errors import ShapeError
 from ..memory import state as ledger_state
 from ._math_util import wide as _wide
+from ._recorded import put_along_axis
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .elementwise import Maximum, Minimum, maximum, minimum
 from .registry import op
@@ -204,8 +206,7 @@ class MaxDim(Function):
         G = g._array()
         if G.ndim != len(ctx.shape):
             G = xp.expand_dims(G, ctx.dim)
-        out = xp.zeros(ctx.shape, dtype=G.dtype)
-        xp.put_along_axis(out, idx._array(), G, axis=ctx.dim)
+        out = put_along_axis(xp.zeros(ctx.shape, dtype=G.dtype), idx._array(), G, ctx.dim)
         return from_array(out.reshape(()) if ctx.zero_dim else out)
 
 
@@ -269,6 +270,10 @@ class LogSumExp(Function):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
+        if recording() and not ctx.keepdim:
+            # the saved y is the kept-dims base of the output view, not the output: its
+            # value with a graph comes from logsumexp again on the recorded x
+            y = x.logsumexp(ctx.axes, keepdim=True)
         xp = backend.xp_for(x.device)
         G = g._array() if ctx.keepdim else g._array().reshape(_keep_shape(ctx.shape, ctx.axes))
         gx = G * xp.exp(_wide(x._array()) - _wide(y._array()))

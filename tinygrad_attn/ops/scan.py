@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from .. import backend, return_types
 from ..autograd import Function
+from ..autograd.graph import recording
 from ._axis import as_1d, dim_of, positions, put_along, reverse_cumsum, scan
+from ._recorded import add_at, ufunc_out
 from ._util import Tensor, from_array
 from .registry import op
 
@@ -19,6 +21,17 @@ def _accumulate_dtype(x: Tensor, dtype):
     if dtype is not None:
         return backend.to_dtype(dtype)
     return backend.accumulating(x.dtype)
+
+
+def add_along(xp, shape, dtype, idx, values, axis: int):
+    """zeros(shape) with `values` added at `idx` along axis (repeats sum): put_along's
+    accumulating form, and, in a recorded backward (create_graph), the same sum recorded
+    (np.add.at has no recorded meaning; add_at's index_add has)."""
+    if not recording():
+        return put_along(xp, shape, dtype, idx, values, axis, accumulate=True)
+    from .indexing import _full_index
+
+    return add_at(xp.zeros(shape, dtype=dtype), _full_index(xp, idx, axis), values)
 
 
 class Cumsum(Function):
@@ -110,7 +123,7 @@ class CumExtreme(Function):
         xp = backend.xp_for(g.device)
         G = as_1d(g._array())
         idx = as_1d(indices._array())
-        out = put_along(xp, G.shape, G.dtype, idx, G, ctx.d, accumulate=True)
+        out = add_along(xp, G.shape, G.dtype, idx, G, ctx.d)
         return from_array(out.reshape(ctx.shape))
 
 
@@ -144,7 +157,7 @@ class LogCumSumExp(Function):
             positive = part > 0
             log_part = xp.where(positive, xp.log(xp.where(positive, part, 1)), -xp.inf) - Y
             rev = xp.flip(scan(xp, xp.logaddexp, xp.flip(log_part, d), d), d)
-            out += sign * xp.exp(rev + X)
+            out = ufunc_out(xp.add, out, sign * xp.exp(rev + X), out=out)
         return from_array(out.reshape(x.shape))
 
 

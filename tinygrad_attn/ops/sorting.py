@@ -12,8 +12,9 @@ from .. import backend, return_types
 from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
-from ._axis import as_1d, dim_of, positions, put_along, scan
+from ._axis import as_1d, dim_of, positions, scan
 from ._util import Tensor, check_same_device, from_array
+from .scan import add_along
 from .registry import op
 
 
@@ -43,7 +44,7 @@ class TakeAlong(Function):
         (indices,) = ctx.saved_tensors
         xp = backend.xp_for(g.device)
         G = as_1d(g._array())
-        out = put_along(xp, ctx.shape, G.dtype, indices._array(), G, ctx.dim, accumulate=True)
+        out = add_along(xp, ctx.shape, G.dtype, indices._array(), G, ctx.dim)
         return from_array(out.reshape(()) if ctx.scalar else out), None, None
 
 

@@ -13,6 +13,7 @@ import math
 from .. import backend, return_types
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording
 from ._math_util import wide
 from ._util import Tensor, from_array
 from .elementwise import Div, div
@@ -162,6 +163,10 @@ class VectorNorm(Function):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
+        if recording() and not ctx.keepdim:
+            # the saved y is the kept-dims base of the output view, not the output: its
+            # value with a graph comes from the norm again on the recorded x
+            y = VectorNorm.apply(x, ctx.p, ctx.axes, True)
         xp = backend.xp_for(x.device)
         X, Y, p = wide(x._array()), wide(y._array()), ctx.p
         G = wide(_grad_keep(g, ctx.shape, ctx.axes, ctx.keepdim))
