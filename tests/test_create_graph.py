@@ -271,3 +271,16 @@ def test_gradgradcheck_takes_grad_outputs_like_torch():
     go = ta.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=F64, requires_grad=True)
     assert ta.gradgradcheck(lambda x: (x.sin() * x), (x,), (go,))
     assert ta.gradgradcheck(lambda x: (x.sin() * x), (x,), gen_non_contig_grad_outputs=True)
+
+
+def test_grad_runs_only_the_nodes_that_lead_to_its_inputs():
+    """As torch: autograd.grad(out, x) neither runs nor frees the part of the graph that
+    does not lead to x, so a later backward through it still works."""
+    x = ta.tensor([1.0, 2.0], dtype=F64, requires_grad=True)
+    w = ta.tensor([0.5, -0.5], dtype=F64, requires_grad=True)
+    h = w.exp()
+    (g,) = ta.autograd.grad((x * h).sum(), x)
+    np.testing.assert_allclose(g.numpy(), np.exp([0.5, -0.5]))
+    assert w.grad is None
+    h.sum().backward()  # ExpBackward was not freed by the grad call
+    np.testing.assert_allclose(w.grad.numpy(), np.exp([0.5, -0.5]))

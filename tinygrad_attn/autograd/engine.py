@@ -203,11 +203,14 @@ def _run_backward(roots, grad_roots, retain_graph, capture, create_graph):
     edges = [_root_edge(t) for t in roots]
     consumers = _count_consumers(edges)
     wanted = _Capture(capture)
+    needed = _leading_to(edges, wanted) if wanted.at else None
     pending, held = _seed(edges, grad_roots, create_graph)
     ready = _Ready(node for node, _ in edges if node not in consumers)
     late_free = [] if ledger_state.habits["late_free"] else None
     while ready:
         node = ready.pop()
+        if needed is not None and node not in needed:
+            continue  # autograd.grad: no input asked for is reached from here (torch's pruning)
         grads, owned = pending.pop(node, None) or _new_slots(node)
         _receive(node, grads, owned, wanted, held)
         if isinstance(node, AccumulateGrad):
@@ -270,6 +273,31 @@ def _count_consumers(edges: list) -> dict:
                 seen.add(nxt)
                 stack.append(nxt)
     return consumers
+
+
+def _leading_to(edges: list, wanted: _Capture) -> set:
+    """The nodes from which a node autograd.grad captures can be reached (the captured
+    ones included): only these run, and only these free their saved tensors. A node
+    outside it never hands a gradient to one inside (it would then lead there too)."""
+    targets = {node for node, _ in wanted.at}
+    needed: set = set()
+    done: set = set()
+    for root in dict.fromkeys(node for node, _ in edges):
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                if node in targets or any(e is not None and e[0] in needed
+                                          for e in node.next_functions):
+                    needed.add(node)
+                continue
+            if node in done:
+                continue
+            done.add(node)
+            stack.append((node, True))
+            stack.extend((e[0], False) for e in node.next_functions
+                         if e is not None and e[0] not in done)
+    return needed
 
 
 class _Ready(list):
