@@ -17,6 +17,7 @@ from ..autograd import Function
 from ..autograd.graph import recording
 from ..errors import ShapeError
 from ._math_util import _require_float
+from ._recorded import RecordedArray
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .elementwise import Mul
 from .nonlinear import _sigmoid_array
@@ -52,6 +53,14 @@ def _upstream(ctx, g):
     """The incoming gradient spread back over the unreduced loss's elements."""
     G = g._array()
     return G / ctx.count if ctx.reduction == "mean" else G
+
+
+def _constant(arr):
+    """A plain array (a mask, a sign) that a backward combines with recorded ones: as it
+    is, or in a recorded backward a recorded array with no graph (no derivative flows into
+    it), so that the NumPy calls mixing them dispatch to the recorded side on every device
+    and keep it on its device."""
+    return RecordedArray(from_array(arr)) if recording() else arr
 
 
 def _pair(name: str, x, t, broadcast: bool = True, compute=None):
@@ -185,7 +194,8 @@ class SmoothL1Loss(_Pointwise):
     def derivative(xp, d, beta):
         if beta == 0:
             return xp.sign(d)
-        return xp.where(xp.abs(d) < beta, d / beta, xp.sign(d)).astype(d.dtype, copy=False)
+        return xp.where(_constant(xp.abs(d) < beta), d / beta, _constant(xp.sign(d))).astype(
+            d.dtype, copy=False)
 
 
 class HuberLoss(_Pointwise):
@@ -214,7 +224,8 @@ class HuberLoss(_Pointwise):
 
     @staticmethod
     def derivative(xp, d, delta):
-        return xp.where(xp.abs(d) <= delta, d, delta * xp.sign(d)).astype(d.dtype, copy=False)
+        return xp.where(_constant(xp.abs(d) <= delta), d, _constant(delta * xp.sign(d))).astype(
+            d.dtype, copy=False)
 
 
 class KlDiv(Function):
@@ -360,7 +371,7 @@ def _sigmoid(xp, X):
     if not recording():
         return _sigmoid_array(xp, X)
     e = xp.exp(-xp.abs(X))
-    return xp.where(X >= 0, 1.0, e) / (e + 1)
+    return xp.where(_constant(X >= 0), 1.0, e) / (e + 1)
 
 
 def _weight(name, weight, x, label="weight"):
