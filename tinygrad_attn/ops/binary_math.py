@@ -9,6 +9,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording
 from ..backend.dtypes import scalar_as
 from ._math_util import _binary, _grad_to, _require_float, _shape
 from ._util import Tensor, check_same_device, from_array
@@ -89,7 +90,10 @@ class Copysign(Function):
         A, B = _operand_arrays(ctx, *ctx.saved_tensors)
         xp = backend.xp_for(g.device)
         G = g._array()
-        return _grads(ctx, lambda: G * xp.sign(A) * xp.copysign(1.0, B),
+        # b's sign as +-1 (a constant); recorded (create_graph=True), copysign's first
+        # operand is an array of ones, which the recorded copysign takes
+        one = xp.ones_like(G) if recording() else 1.0
+        return _grads(ctx, lambda: G * xp.sign(A) * xp.copysign(one, B),
                       lambda: xp.zeros_like(G))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import Recorded
 from ..backend.dtypes import checked_scalar, scalar_as
 from ._util import Tensor, broadcast_shape, check_same_device, from_array, operand, unbroadcast
 from .registry import op
@@ -23,8 +24,9 @@ def _in(x, dtype):
     """An operand in the op's result dtype: a Tensor's array cast (no copy when it already
     is), a Python number as a NumPy scalar of that dtype. NumPy then computes in exactly
     that dtype: a 0-d float64 operand never turns a float32 array into a float64 result.
-    An int beyond an integer dtype's range wraps into it, as torch's (scalar_as)."""
-    if type(x) is Tensor:
+    An int beyond an integer dtype's range wraps into it, as torch's (scalar_as). A saved
+    tensor as a recorded backward sees it (create_graph=True) gives its recorded array."""
+    if type(x) is Tensor or type(x) is Recorded:
         return x._array().astype(dtype.np, copy=False)
     if isinstance(x, (bool, int, float)):
         return scalar_as(x, dtype)

@@ -21,6 +21,7 @@ import warnings
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function, GradMode, check_inplace
+from ..autograd.graph import Recorded, _rejoined, recording
 from ..backend.dtypes import checked_scalar, scalar_as
 from ..errors import ShapeError
 from ..shape import has_internal_overlap, overlap_status
@@ -159,8 +160,18 @@ class MulInplace(Function):
         G = g._array()
         O = ctx.scalar if other is None else other._array()
         gx = from_array(G * O) if nx else None
-        go = unbroadcast(from_array(G * old._array()), ctx.other_shape) if no else None
+        go = unbroadcast(from_array(G * _old_value(ctx, old)._array()), ctx.other_shape) \
+            if no else None
         return gx, go
+
+
+def _old_value(ctx, old):
+    """The copy of x an in-place op made before its write, as its backward reads it: in a
+    recorded backward (create_graph=True) it takes the history x had before the write (the
+    op's input edge), so that the next derivative flows through it into x's producer."""
+    if recording() and ctx.next_functions[0] is not None:
+        return Recorded(_rejoined(old.t, *ctx.next_functions[0]))
+    return old
 
 
 class DivInplace(Function):

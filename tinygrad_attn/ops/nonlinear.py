@@ -13,6 +13,7 @@ import math
 
 from .. import backend
 from ..autograd import Function
+from ..autograd.graph import recording
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device
 from .elementwise import _float_in, _wrap
@@ -37,7 +38,11 @@ class Tanh(Function):
 
 def _sigmoid_array(xp, X):
     """1 / (1 + exp(-x)) in X's dtype, as (1 or e) / (1 + e) with e = exp(-|x|), which
-    never overflows: two input-sized arrays (e and the result) and the sign mask."""
+    never overflows: two input-sized arrays (e and the result) and the sign mask. A
+    recorded backward (create_graph=True) gets the same arithmetic out of place."""
+    if recording():
+        e = xp.exp(-xp.abs(X))
+        return xp.where(X >= 0, 1.0, e) / (e + 1)
     e = xp.abs(X, out=xp.empty_like(X))  # out=: a 0-d X gives a 0-d array, not a scalar
     xp.negative(e, out=e)
     xp.exp(e, out=e)
