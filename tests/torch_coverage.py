@@ -42,7 +42,7 @@ GROUPS = [
      "common_types factory_kwargs"),
     ("TorchScript, FX, export and compiler internals", "torch's graph capture and compilers; "
      "the engine runs eagerly (ta.compile returns the model unchanged)", "*",
-     "jit fx export compiler func library classes package cpp hub overrides fork wait cond "
+     "jit fx export compiler library classes package cpp hub overrides fork wait cond "
      "while_loop vmap sym_* Sym* AliasDb *Type ArgumentSpec CompleteArgumentSpec Argument "
      "Block Node Value Use Graph GraphExecutorState Gradient Code CallStack Capsule "
      "CompilationUnit ConcreteModuleType* DeepCopyMemoTable ErrorReport ExecutionPlan "
