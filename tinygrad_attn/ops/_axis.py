@@ -3,7 +3,6 @@ alone, so the same code runs on NumPy and CuPy."""
 
 from __future__ import annotations
 
-from .. import backend
 from .. import shape as shp
 from ..errors import ShapeError
 from ._util import Tensor
@@ -55,15 +54,15 @@ def positions(xp, shape, axis: int):
 
 
 def put_along(xp, shape, dtype, idx, values, axis: int, accumulate: bool):
-    """zeros(shape) with `values` written (or, with repeats, added) at `idx` along axis."""
+    """zeros(shape) with `values` written (or, with repeats, added) at `idx` along axis
+    (recorded values, under create_graph=True, give the recorded result)."""
+    from ._recorded import add_at, put_along_axis
     from .indexing import _full_index
 
     out = xp.zeros(shape, dtype=dtype)
     if accumulate:
-        backend.scatter_add(out, _full_index(xp, idx, axis), values)
-    else:
-        xp.put_along_axis(out, idx, values, axis=axis)
-    return out
+        return add_at(out, _full_index(xp, idx, axis), values)
+    return put_along_axis(out, idx, values, axis)
 
 
 def check_index(op: str, x: Tensor, index: Tensor, d: int, src: Tensor | None = None):

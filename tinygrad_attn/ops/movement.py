@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function, ReshapeGrad, SliceGrad
+from ..autograd.graph import recording
 from ..errors import ShapeError
 from ..memory.state import habits  # a table mutated in place, never rebound
 from ..tensor import Tensor, _make, from_array
@@ -358,6 +359,8 @@ class MultiSlice(Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        if recording():
+            return _joined_pieces(ctx, grads)
         base = ctx.in_shape
         contiguous = shp.contiguous_strides(base)
         first = next(g for g in grads if g is not None)
@@ -384,6 +387,33 @@ class MultiSlice(Function):
                 g = g.materialize()
             backend.strided(flat, shape, strides, offset)[...] = g._array()
         return from_array(buf)
+
+
+def _joined_pieces(ctx, grads):
+    """MultiSlice's gx in recorded ops (create_graph=True): the pieces' gradients joined
+    by cat along the cut dim (zeros for a piece that got none), so that the next derivative
+    flows back to each piece; pieces that do not tile x are written into a zeros buffer."""
+    from ._util import zeros_array
+    from .indexing import cat
+
+    base = ctx.in_shape
+    contiguous = shp.contiguous_strides(base)
+    first = next(g for g in grads if g is not None)
+    d = len(ctx.indices[0]) - 1
+    pieces = []
+    for index, g in zip(ctx.indices, grads):
+        if g is None:
+            shape = shp.index_geometry(base, contiguous, 0, index)[0]
+            g = from_array(zeros_array(shape, first.dtype, first.device))
+        if ctx.tiles and type(index[d]) is int:  # an unbind piece lost the cut dim
+            g = g.unsqueeze(d)
+        pieces.append(g)
+    if ctx.tiles:
+        return cat(pieces, d)
+    buf = from_array(zeros_array(base, first.dtype, first.device))
+    for index, g in zip(ctx.indices, pieces):  # the pieces of a split never overlap
+        buf[index] = g
+    return buf
 
 
 def _tiles(shape, indices) -> bool:
@@ -471,6 +501,8 @@ class AsStrided(Function):
 
     @staticmethod
     def backward(ctx, g):
+        if recording():  # as an op of g, whose own derivative is its transpose
+            return _AsStridedGrad.apply(g, ctx.geometry, ctx.in_geometry)
         xp = backend.xp_for(g.device)
         size, stride, offset = ctx.geometry
         in_shape, in_strides, in_offset = ctx.in_geometry
@@ -485,6 +517,49 @@ class AsStrided(Function):
         count = xp.zeros_like(acc)
         backend.scatter_add(count, in_pos, xp.ones(in_shape, dtype=acc.dtype))
         return from_array(acc[in_pos] / count[in_pos])
+
+
+class _AsStridedGrad(Function):
+    """gx = AsStrided's backward of g, as an op of g: what its recorded backward
+    (create_graph=True) applies, so that the next derivative flows through it. The map is
+    linear; its backward is its transpose (_AsStridedGradT). Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, g, geometry, in_geometry):
+        ctx.geometry, ctx.in_geometry = geometry, in_geometry
+        return AsStrided.backward(ctx, g)
+
+    @staticmethod
+    def backward(ctx, gg):
+        return _AsStridedGradT.apply(gg, ctx.geometry, ctx.in_geometry), None, None
+
+
+class _AsStridedGradT(Function):
+    """The transpose of _AsStridedGrad: h (x's shape) divided by how often x reads each
+    storage position, summed onto those positions, then read at y's positions. Its backward
+    is _AsStridedGrad. Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, h, geometry, in_geometry):
+        ctx.geometry, ctx.in_geometry = geometry, in_geometry
+        xp = backend.xp_for(h.device)
+        size, stride, offset = geometry
+        in_shape, in_strides, in_offset = in_geometry
+        if shp.numel(size) == 0:
+            return from_array(xp.zeros(size, dtype=h.dtype.np))
+        lo = min(offset, in_offset)
+        extent = max(shp.storage_extent(size, stride, offset),
+                     shp.storage_extent(in_shape, in_strides, in_offset)) - lo
+        in_pos = _positions(xp, in_shape, in_strides, in_offset - lo)
+        count = xp.zeros(max(extent, 0), dtype=h.dtype.np)
+        backend.scatter_add(count, in_pos, xp.ones(in_shape, dtype=count.dtype))
+        acc = xp.zeros_like(count)
+        backend.scatter_add(acc, in_pos, h._array() / count[in_pos])
+        return from_array(acc[_positions(xp, size, stride, offset - lo)])
+
+    @staticmethod
+    def backward(ctx, gg):
+        return _AsStridedGrad.apply(gg, ctx.geometry, ctx.in_geometry), None, None
 
 
 def _positions(xp, shape, strides, offset):
@@ -554,6 +629,8 @@ class ToDevice(Function):
 
     @staticmethod
     def backward(ctx, g):
+        if recording():  # the copy back as an op, whose own derivative is this copy again
+            return ToDevice.apply(g, ctx.in_device)
         return from_array(backend.to_device(g._array(), ctx.in_device), "device-copy")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording
 from ..tensor import _make
 from ._axis import dim_of
 from ._util import Tensor, from_array, zeros_array
@@ -168,12 +169,31 @@ class RepeatInterleave(Function):
     @staticmethod
     def backward(ctx, g):
         (reps,) = ctx.saved_tensors
+        if recording():  # as an op of g, whose own derivative is repeat_interleave again
+            return _RepeatInterleaveGrad.apply(g, reps, ctx.d, ctx.shape1, ctx.x_shape), None, None
         xp = backend.xp_for(g.device)
         R = reps._array()
         owner = xp.repeat(xp.arange(R.size, dtype=xp.int64), _counts(R))
         out = zeros_array(ctx.shape1, g.dtype, g.device)
         backend.index_add(out, ctx.d, owner, g._array())
         return from_array(out.reshape(ctx.x_shape)), None, None
+
+
+class _RepeatInterleaveGrad(Function):
+    """gx = RepeatInterleave's backward of g (each run of copies summed), as an op of g:
+    what its recorded backward (create_graph=True) applies. The map is linear; its backward
+    repeats the gradient again. Saves the repeat counts (int64)."""
+
+    @staticmethod
+    def forward(ctx, g, reps, d, shape1, x_shape):
+        ctx.d, ctx.shape1, ctx.x_shape = d, shape1, x_shape
+        ctx.save_for_backward(reps)
+        return RepeatInterleave.backward(ctx, g)[0]
+
+    @staticmethod
+    def backward(ctx, gg):
+        (reps,) = ctx.saved_tensors
+        return RepeatInterleave.apply(gg.reshape(ctx.shape1), reps, ctx.d), None, None, None, None
 
 
 def _counts(reps) -> list:
@@ -226,11 +246,28 @@ class Diagonal(Function):
 
     @staticmethod
     def backward(ctx, g):
+        if recording():  # as an op of g, whose own derivative is this diagonal again
+            return _DiagonalGrad.apply(g, ctx.in_shape, ctx.args)
         out = zeros_array(ctx.in_shape, g.dtype, g.device)
         shape, strides, start = _diag_geometry(ctx.in_shape, shp.contiguous_strides(
             ctx.in_shape), 0, *ctx.args)
         backend.strided(out.reshape(-1), shape, strides, start)[...] = g._array()
         return from_array(out)
+
+
+class _DiagonalGrad(Function):
+    """gx = zeros of x's shape with g on a diagonal (Diagonal's backward), as an op of g:
+    what the recorded backward (create_graph=True) of Diagonal and of a 2-D Diag applies.
+    Its backward takes that diagonal of the gradient (Diagonal). Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, g, in_shape, args):
+        ctx.in_shape, ctx.args = in_shape, args
+        return Diagonal.backward(ctx, g)
+
+    @staticmethod
+    def backward(ctx, gg):
+        return Diagonal.apply(gg, *ctx.args), None, None
 
 
 @op(Diagonal, method=True, ta=True)
@@ -256,6 +293,8 @@ class Diag(Function):
         G = g._array()
         if len(ctx.in_shape) == 1:
             return from_array(backend.copy(xp.diagonal(G, ctx.k)))
+        if recording():  # g on the diagonal, as an op whose derivative takes it back off
+            return _DiagonalGrad.apply(g, ctx.in_shape, (ctx.k, 0, 1))
         out = zeros_array(ctx.in_shape, g.dtype, g.device)
         shape, strides, start = _diag_geometry(ctx.in_shape, shp.contiguous_strides(
             ctx.in_shape), 0, ctx.k, 0, 1)
@@ -383,6 +422,8 @@ class Unfold(Function):
 
     @staticmethod
     def backward(ctx, g):
+        if recording():  # as an op of g, whose own derivative is these windows again
+            return _UnfoldGrad.apply(g, ctx.in_shape, ctx.args)
         d, size, step, count = ctx.args
         out = zeros_array(ctx.in_shape, g.dtype, g.device)
         O = out.reshape(1) if out.ndim == 0 else out
@@ -392,6 +433,22 @@ class Unfold(Function):
             span = slice(j, j + step * (count - 1) + 1, step)
             O[(slice(None),) * d + (span,)] += G[..., j]
         return from_array(out)
+
+
+class _UnfoldGrad(Function):
+    """gx = the windows' gradients added back (Unfold's backward), as an op of g: what
+    Unfold's recorded backward (create_graph=True) applies. Its backward takes the windows
+    of the gradient (Unfold). Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, g, in_shape, args):
+        ctx.in_shape, ctx.args = in_shape, args
+        return Unfold.backward(ctx, g)
+
+    @staticmethod
+    def backward(ctx, gg):
+        d, size, step, _ = ctx.args
+        return Unfold.apply(gg, d, size, step), None, None
 
 
 @op(Unfold, method=True)
@@ -468,6 +525,8 @@ class Pad(Function):
 
     @staticmethod
     def backward(ctx, g):
+        if recording():  # as an op of g, whose own derivative is this pad again
+            return _PadGrad.apply(g, ctx.x_shape, ctx.pairs, ctx.dims, ctx.mode)
         xp = backend.xp_for(g.device)
         G = g._array()
         if ctx.mode == "constant":
@@ -483,6 +542,23 @@ class Pad(Function):
             backend.index_add(acc, d, _source_positions(xp, n, lo, hi, ctx.mode), G)
             G = acc
         return from_array(G)
+
+
+class _PadGrad(Function):
+    """gx = Pad's backward of g (the middle of g; or g added back at the positions each
+    padded dim read), as an op of g: what Pad's recorded backward (create_graph=True)
+    applies. The map is linear and its transpose is the pad itself, its backward.
+    Saves nothing."""
+
+    @staticmethod
+    def forward(ctx, g, x_shape, pairs, dims, mode):
+        ctx.x_shape, ctx.pairs, ctx.dims, ctx.mode = x_shape, pairs, dims, mode
+        return Pad.backward(ctx, g)
+
+    @staticmethod
+    def backward(ctx, gg):
+        pads = tuple(p for pair in ctx.pairs for p in pair)
+        return Pad.apply(gg, pads, ctx.mode, 0), None, None, None, None
 
 
 def _constant_slices(shape, dims, pairs):
