@@ -1059,3 +1059,31 @@ TESTS_OF = {
 }
 TABLES = (UNARY, BINARY, VIEW_OPS, EXPAND_OPS, SQUEEZE_OPS, COPY_OPS, INPLACE)
 COVERED = {key for table in TABLES for key in table} | set(TESTS_OF)
+
+
+# ----------------------------------------------------------------------------- gradient maps
+# The backward of a linear view or shaping op is itself linear in g, and its recorded form
+# (create_graph=True) is an op whose own backward is the forward op again. Checking a first
+# gradient (with its graph) checks that op: its d1 row is a second derivative, its d2 row a
+# third.
+GRADIENT_MAPS = {
+    "as_strided_of_expanded": lambda x: x[:1].expand(3, 4).as_strided((2, 3), (1, 1), 1),
+    "diagonal": lambda x: x.diagonal(1),
+    "diag_of_matrix": lambda x: ta.diag(x, -1),
+    "unfold": lambda x: x.unfold(1, 2, 1),
+    "pad_constant": lambda x: ta.functional.pad(x, (1, -1, 2, 0), value=0.5),
+    "pad_reflect": lambda x: ta.functional.pad(x[None], (2, 1), mode="reflect"),
+    "repeat_interleave": lambda x: x.repeat_interleave(_t([1, 0, 2]), dim=0),
+    "split": lambda x: ta.cat([p * (i + 1) for i, p in enumerate(x.split([1, 3], 1))], 1),
+}
+
+
+@pytest.mark.parametrize("op", list(GRADIENT_MAPS))
+def test_gradient_of_a_view_gradient(op):
+    def first(x):
+        with ta.enable_grad():  # also when gradcheck evaluates it for finite differences
+            y = GRADIENT_MAPS[op](x)
+            (gx,) = ta.autograd.grad((y * y * y).sum(), x, create_graph=True)
+        return gx
+
+    check(first, [((3, 4), "sliced", "real")])
