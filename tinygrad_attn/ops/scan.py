@@ -12,6 +12,7 @@ from ..autograd.graph import recording
 from ._axis import as_1d, dim_of, positions, put_along, reverse_cumsum, scan
 from ._recorded import add_at, ufunc_out
 from ._util import Tensor, from_array
+from .reduce import backward_xp
 from .registry import op
 
 
@@ -50,7 +51,7 @@ class Cumsum(Function):
 
     @staticmethod
     def backward(ctx, g):
-        xp = backend.xp_for(g.device)
+        xp = backward_xp(g.device)
         G = as_1d(g._array())
         return from_array(reverse_cumsum(xp, G, ctx.d).reshape(g.shape).astype(
             ctx.in_dtype.np, copy=False))
@@ -79,7 +80,7 @@ class Cumprod(Function):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        xp = backend.xp_for(x.device)
+        xp = backward_xp(x.device)
         d = ctx.d
         X, G = as_1d(x._array()), as_1d(g._array()).astype(x.dtype.np, copy=False)
         zeros_so_far = xp.cumsum(X == 0, axis=d)
@@ -120,7 +121,7 @@ class CumExtreme(Function):
     @staticmethod
     def backward(ctx, g, _g_indices):
         (indices,) = ctx.saved_tensors
-        xp = backend.xp_for(g.device)
+        xp = backward_xp(g.device)
         G = as_1d(g._array())
         idx = as_1d(indices._array())
         out = add_along(xp, G.shape, G.dtype, idx, G, ctx.d)
@@ -148,14 +149,18 @@ class LogCumSumExp(Function):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
-        xp = backend.xp_for(x.device)
+        xp = backward_xp(x.device)
         d = ctx.d
         X, Y, G = (as_1d(t._array()) for t in (x, y, g))
         out = xp.zeros_like(X)
+        # recorded (create_graph): the left-out terms are the lowest finite number, not
+        # -inf, whose difference with y has no derivative in y (-inf - y is -inf whatever
+        # y is), so the next derivative would miss y's part; the values are the same
+        low = xp.finfo(X.dtype).min if recording() else -xp.inf
         for sign in (1, -1):
             part = G * sign
             positive = part > 0
-            log_part = xp.where(positive, xp.log(xp.where(positive, part, 1)), -xp.inf) - Y
+            log_part = xp.where(positive, xp.log(xp.where(positive, part, 1)), low) - Y
             rev = xp.flip(scan(xp, xp.logaddexp, xp.flip(log_part, d), d), d)
             out = ufunc_out(xp.add, out, sign * xp.exp(rev + X), out=out)
         return from_array(out.reshape(x.shape))

@@ -14,8 +14,9 @@ from ..autograd import Function
 from ..errors import ShapeError
 from ._axis import as_1d, dim_of, positions, scan
 from ._util import Tensor, check_same_device, from_array
-from .scan import add_along
+from .reduce import backward_xp
 from .registry import op
+from .scan import add_along
 
 
 class TakeAlong(Function):
@@ -42,7 +43,7 @@ class TakeAlong(Function):
     @staticmethod
     def backward(ctx, g):
         (indices,) = ctx.saved_tensors
-        xp = backend.xp_for(g.device)
+        xp = backward_xp(g.device)
         G = as_1d(g._array())
         out = add_along(xp, ctx.shape, G.dtype, indices._array(), G, ctx.dim)
         return from_array(out.reshape(()) if ctx.scalar else out), None, None
@@ -151,7 +152,7 @@ class MedianAll(Function):
     @staticmethod
     def backward(ctx, g):
         (hit,) = ctx.saved_tensors
-        xp = backend.xp_for(g.device)
+        xp = backward_xp(g.device)
         H = hit._array()
         return from_array(xp.where(H, g._array() / xp.maximum(xp.sum(H), 1), 0).astype(
             g.dtype.np, copy=False))

@@ -19,7 +19,7 @@ from ._util import Tensor, from_array
 from .elementwise import Div, div
 from .indexing import Where, where
 from .logical import isnan, logical_not
-from .reduce import Mean, Std, Sum, Var, _axes, _keep_shape, mean
+from .reduce import Mean, Std, Sum, Var, _axes, _keep_shape, backward_xp, mean
 from .reduce import sum as sum_dims
 from .registry import op
 
@@ -68,7 +68,7 @@ class Prod(Function):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        xp = backend.xp_for(x.device)
+        xp = backward_xp(x.device)
         X = wide(x._array())  # float16: the running products in float32, rounded once
         G = _grad_keep(g, ctx.shape, ctx.axes, ctx.keepdim)
         if X.size == 0:
@@ -114,7 +114,7 @@ class AMaxMin(Function):
     @staticmethod
     def backward(ctx, g):
         (hit,) = ctx.saved_tensors
-        xp = backend.xp_for(hit.device)
+        xp = backward_xp(hit.device)
         H = hit._array()
         G = _grad_keep(g, ctx.shape, ctx.axes, ctx.keepdim)
         count = xp.sum(H, axis=ctx.axes, keepdims=True)
@@ -167,7 +167,7 @@ class VectorNorm(Function):
             # the saved y is the kept-dims base of the output view, not the output: its
             # value with a graph comes from the norm again on the recorded x
             y = VectorNorm.apply(x, ctx.p, ctx.axes, True)
-        xp = backend.xp_for(x.device)
+        xp = backward_xp(x.device)
         X, Y, p = wide(x._array()), wide(y._array()), ctx.p
         G = wide(_grad_keep(g, ctx.shape, ctx.axes, ctx.keepdim))
         return from_array(VectorNorm._grad(xp, X, Y, G, p, ctx.axes)
