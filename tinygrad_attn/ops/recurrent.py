@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from .. import backend
 from ..autograd import Function
+from ..autograd.graph import recording, wrap
 from ..errors import ShapeError
-from ._util import Tensor, check_same_device, from_array
+from ._util import Tensor, check_same_device, from_array, zeros_array
 from .nonlinear import _sigmoid_array
 from .registry import op
 
@@ -140,6 +141,17 @@ def _tensors(*arrays):
     return tuple(None if a is None else from_array(a) for a in arrays)
 
 
+def _grad_or_zeros(ctx, g, nr: int):
+    """g, or the zeros the engine materializes for output nr's missing gradient. The LSTM
+    and GRU cells take their missing gradients as None (materialize_grads off), so that
+    the buffer they keep, a hidden output, costs no zeros in a first-order backward."""
+    if g is not None:
+        return g
+    shape, dtype, device = ctx._outputs_meta[nr]
+    zeros = from_array(zeros_array(shape, dtype, device))
+    return wrap(zeros) if recording() else zeros
+
+
 # ----------------------------------------------------------------------------- Elman cells
 class _RnnCell(Function):
     """h' = act(x @ w_ih^T + b_ih + h @ w_hh^T + b_hh), act tanh or relu;
@@ -233,6 +245,10 @@ class LstmCell(Function):
     c' (t is recomputed from it: c' is the next step's c, so the next step saves the same
     storage again and the two cost one), and for the projections' gradients x and h (the
     weight gradients) and w_ih and w_hh (the input gradients), each only if needed.
+    The gates buffer is also a third output, hidden (lstm_cell returns (h', c')) and not
+    differentiable: a recorded backward (create_graph=True) reads it as that output, so
+    the next derivative flows through the gates back into this node (its gradient g_a
+    adds g_a * [i(1 - i), f(1 - f), 1 - g^2, o(1 - o)] to d).
     Per time step, in bytes per element of batch x hidden (itemsize s, 4 for float32):
     gates 4s, c' s, c s, h s: 7s nominal; in a layer c is the previous step's c', so a
     step adds 6s * B * H (24 bytes per element in float32), and the first step's c once
@@ -254,15 +270,19 @@ class LstmCell(Function):
         c_new += i * g
         h_new = xp.tanh(c_new)
         h_new *= o
-        hy, cy = from_array(h_new), from_array(c_new)
+        hy, cy, gates_t = from_array(h_new), from_array(c_new), from_array(gates)
         needs = ctx.needs_input_grad
         proj_needs = (needs[0], needs[1], needs[3], needs[4])
-        _save_projection_inputs(ctx, proj_needs, x, h, w_ih, w_hh, from_array(gates), c, cy)
-        return hy, cy
+        _save_projection_inputs(ctx, proj_needs, x, h, w_ih, w_hh, gates_t, c, cy)
+        ctx.mark_non_differentiable(gates_t)
+        return hy, cy, gates_t
+
+    materialize_grads = False  # the gates output gets no zeros (_grad_or_zeros)
 
     @staticmethod
-    def backward(ctx, g_h, g_c):
+    def backward(ctx, g_h, g_c, g_gates=None):
         x, h, w_ih, w_hh, gates, c, cy = ctx.saved_tensors
+        g_h, g_c = _grad_or_zeros(ctx, g_h, 0), _grad_or_zeros(ctx, g_c, 1)
         xp = backend.xp_for(g_h.device)
         G = gates._array()
         H = G.shape[1] // 4
@@ -271,11 +291,19 @@ class LstmCell(Function):
         Gh = g_h._array()
         dc = Gh * o * (1 - t * t)
         dc += g_c._array()
-        d = xp.empty_like(G)
-        d[:, :H] = dc * g * i * (1 - i)
-        d[:, H: 2 * H] = dc * c._array() * f * (1 - f)
-        d[:, 2 * H: 3 * H] = dc * i * (1 - g * g)
-        d[:, 3 * H:] = Gh * t * o * (1 - o)
+        if recording() or g_gates is not None:  # the next derivative: out of place
+            d = xp.concatenate([dc * g * i * (1 - i), dc * c._array() * f * (1 - f),
+                                dc * i * (1 - g * g), Gh * t * o * (1 - o)], axis=1)
+            if g_gates is not None:  # through the gates the recorded backward read
+                slopes = xp.concatenate([i * (1 - i), f * (1 - f), 1 - g * g, o * (1 - o)],
+                                        axis=1)
+                d = d + g_gates._array() * slopes
+        else:
+            d = xp.empty_like(G)
+            d[:, :H] = dc * g * i * (1 - i)
+            d[:, H: 2 * H] = dc * c._array() * f * (1 - f)
+            d[:, 2 * H: 3 * H] = dc * i * (1 - g * g)
+            d[:, 3 * H:] = Gh * t * o * (1 - o)
         needs = ctx.needs_input_grad
         gc = dc * f if needs[2] else None
         gx, gh, gw_ih, gw_hh, gb_ih, gb_hh = _projection_grads(
@@ -294,7 +322,8 @@ def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002 - torc
         raise RuntimeError(f"lstm_cell expects two hidden states (h, c), got {len(hx)}")
     h, c = hx
     _check("lstm_cell", 4, input, (h, c), w_ih, w_hh, b_ih, b_hh)
-    return LstmCell.apply(input, h, c, w_ih, w_hh, b_ih, b_hh)
+    hy, cy, _gates = LstmCell.apply(input, h, c, w_ih, w_hh, b_ih, b_hh)
+    return hy, cy
 
 
 # ----------------------------------------------------------------------------- GRU
@@ -310,6 +339,9 @@ class GruCell(Function):
     gw_ih, and w_ih and w_hh for the input gradients (each only if needed). Per time step,
     in bytes per element of batch x hidden (itemsize s): the buffer 4s and h s, 5s * B * H
     (20 bytes per element in float32); x only when the cell projects it (w_ih given).
+    The buffer is also a second output, hidden (gru_cell returns h') and not
+    differentiable: a recorded backward (create_graph=True) reads it as that output, so
+    the next derivative flows through r, z, n and hn back into this node.
     """
 
     @staticmethod
@@ -332,26 +364,34 @@ class GruCell(Function):
         h_new = H_arr - n
         h_new *= z
         h_new += n
+        buf_t = from_array(buf)
         ctx.save_for_backward(x if ctx.needs_input_grad[2] else None, h,
                               w_ih if ctx.needs_input_grad[0] else None,
-                              w_hh if ctx.needs_input_grad[1] else None, from_array(buf))
-        return from_array(h_new)
+                              w_hh if ctx.needs_input_grad[1] else None, buf_t)
+        ctx.mark_non_differentiable(buf_t)
+        return from_array(h_new), buf_t
+
+    materialize_grads = False  # the buffer output gets no zeros (_grad_or_zeros)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx, g, g_buf=None):
         x, h, w_ih, w_hh, buf = ctx.saved_tensors
+        g = _grad_or_zeros(ctx, g, 0)
         xp = backend.xp_for(g.device)
         B = buf._array()
         H = B.shape[1] // 4
         r, z, n, hn = (B[:, k * H: (k + 1) * H] for k in range(4))
         G, Hp = g._array(), h._array()
-        d_ih = xp.empty((B.shape[0], 3 * H), dtype=B.dtype)
-        dn = d_ih[:, 2 * H:]
-        xp.multiply(G * (1 - z), 1 - n * n, out=dn)
-        d_ih[:, H: 2 * H] = G * (Hp - n) * z * (1 - z)
-        d_ih[:, :H] = dn * hn * r * (1 - r)
-        d_hh = d_ih.copy()
-        d_hh[:, 2 * H:] *= r
+        if recording() or g_buf is not None:  # the next derivative: out of place
+            d_ih, d_hh = _gru_pre_grads(xp, G, Hp, r, z, n, hn, g_buf)
+        else:
+            d_ih = xp.empty((B.shape[0], 3 * H), dtype=B.dtype)
+            dn = d_ih[:, 2 * H:]
+            xp.multiply(G * (1 - z), 1 - n * n, out=dn)
+            d_ih[:, H: 2 * H] = G * (Hp - n) * z * (1 - z)
+            d_ih[:, :H] = dn * hn * r * (1 - r)
+            d_hh = d_ih.copy()
+            d_hh[:, 2 * H:] *= r
         needs = ctx.needs_input_grad
         gx, gh, gw_ih, gw_hh, gb_ih, gb_hh = _projection_grads(xp, needs, d_ih, d_hh, x, h,
                                                                w_ih, w_hh)
@@ -360,9 +400,26 @@ class GruCell(Function):
         return _tensors(gx, gh, gw_ih, gw_hh, gb_ih, gb_hh)
 
 
+def _gru_pre_grads(xp, G, Hp, r, z, n, hn, g_buf):
+    """GruCell's (d_ih, d_hh) out of place, the gradient of its buffer output [r, z, n, hn]
+    (g_buf, or None) included: the text of a recorded backward."""
+    H = r.shape[1]
+    if g_buf is None:
+        dn = G * (1 - z) * (1 - n * n)
+        dz = G * (Hp - n) * z * (1 - z)
+        dr = dn * hn * r * (1 - r)
+        return xp.concatenate([dr, dz, dn], axis=1), xp.concatenate([dr, dz, dn * r], axis=1)
+    gr, gz, gn, ghn = (g_buf._array()[:, k * H: (k + 1) * H] for k in range(4))
+    dn = (G * (1 - z) + gn) * (1 - n * n)
+    dz = (G * (Hp - n) + gz) * z * (1 - z)
+    dr = (dn * hn + gr) * r * (1 - r)
+    return xp.concatenate([dr, dz, dn], axis=1), xp.concatenate([dr, dz, dn * r + ghn], axis=1)
+
+
 @op(GruCell, ta=True)
 def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002 - torch's name
     """One GRU step: input (B, I), hx (B, H) -> h' (B, H); with w_ih=None the input is the
     input projection, (B, 3H)."""
     _check("gru_cell", 3, input, (_one_state("gru_cell", hx),), w_ih, w_hh, b_ih, b_hh)
-    return GruCell.apply(input, hx, w_ih, w_hh, b_ih, b_hh)
+    h_new, _buf = GruCell.apply(input, hx, w_ih, w_hh, b_ih, b_hh)
+    return h_new
