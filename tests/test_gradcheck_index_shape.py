@@ -86,6 +86,37 @@ def test_gradcheck_src_of_scatter_separately():
           [((3, 4), "contiguous", "real"), ((3, 3), "transposed", "real")])
 
 
+def test_gradcheck_scatter_prod_with_zeros():
+    # zeros in self and in src, one zero and two at a position (index columns 0 and 2 send
+    # both src rows to row 0): the zero-safe branches of the prod gradient, whose recorded
+    # text gives the second derivative
+    idx = _t([[0, 1, 0, 2], [0, 2, 0, 0]])
+    zero_self = _t([[True, False, False, True], [False, False, False, False],
+                    [False, True, False, False]])
+    zero_src = _t([[True, False, True, False], [True, False, False, True]])
+    check(lambda x, s: x.masked_fill(zero_self, 0.0).scatter_reduce(
+              0, idx, s.masked_fill(zero_src, 0.0), "prod"),
+          [((3, 4), "contiguous", "real"), ((2, 4), "transposed", "real")])
+    check(lambda x, s: x.masked_fill(zero_self, 0.0).scatter_reduce(
+              0, idx, s.masked_fill(zero_src, 0.0), "prod", include_self=False),
+          [((3, 4), "sliced", "real"), ((2, 4), "contiguous", "real")])
+
+
+def _setitem_mixed(x):
+    y = x * 1
+    y[1, _t([0, 2])] = x[0, :2] * 3  # an int and an index array: torch's placement
+    y[_t([True, False, True])] = y[_t([True, False, True])] * 2  # a row mask
+    return y
+
+
+def test_gradcheck_advanced_index_edges():
+    # a 0-d mask (True: a new dim of one; False: of none), on a 0-d tensor and on rows; a
+    # write by an int and an index array, and by a mask (the backward writes zeros there)
+    check(lambda x: x[1, 2][True] * 2 + x[0, 1][False].sum() + x[True, 1:, _t([3, 0])],
+          [((3, 4), "transposed", "real")])
+    check(_setitem_mixed, [((3, 4), "sliced", "real")])
+
+
 @pytest.mark.parametrize("op", list(ROWS))
 def test_gradcheck_on_device(gpu_device, op, monkeypatch):
     monkeypatch.setitem(DEVICE, "name", gpu_device)
