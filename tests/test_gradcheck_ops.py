@@ -1087,3 +1087,29 @@ def test_gradient_of_a_view_gradient(op):
         return gx
 
     check(first, [((3, 4), "sliced", "real")])
+
+
+def test_view_second_derivatives_under_the_emulated_habits():
+    # the story's habits (a full zero gradient per slice, permutes that copy) change what
+    # backward allocates, not what create_graph=True records
+    def fn(x):
+        return (x[:, 1:].transpose(0, 1) ** 3).sum() + (x.permute(1, 0)[::2] ** 2).sum()
+
+    def hessian_row(**habits):
+        ta.manual_seed(0)
+        x = ta.randn(3, 4, dtype=F64).requires_grad_()
+        with ta.memory.emulate(**habits):
+            (g,) = ta.autograd.grad(fn(x), x, create_graph=True)
+            (h,) = ta.autograd.grad(g.sum(), x)
+        return h.numpy()
+
+    plain = hessian_row()
+    ta.manual_seed(0)
+    x = ta.randn(3, 4, dtype=F64).numpy()
+    expected = np.zeros((3, 4))
+    expected[:, 1:] += 6 * x[:, 1:]  # d/dx of 3 x^2
+    expected[:, ::2] += 2  # d/dx of 2 x
+    np.testing.assert_allclose(plain, expected, rtol=1e-12)
+    np.testing.assert_allclose(hessian_row(slice_grad_full=True), plain, rtol=1e-12)
+    np.testing.assert_allclose(hessian_row(permute_copies=True), plain, rtol=1e-12)
+    check(fn, [((3, 4), "sliced", "real")])

@@ -298,7 +298,9 @@ class Slice(Function):
     @staticmethod
     def backward(ctx, g):
         grad = SliceGrad(ctx.in_shape, ctx.index, g)
-        if habits["slice_grad_full"]:  # the emulated habit: a full zero gradient per slice
+        if habits["slice_grad_full"] and not recording():
+            # the emulated habit: a full zero gradient per slice (a recorded backward's
+            # SliceGrad becomes one anyway, written by recorded ops)
             return grad.materialize()
         return grad
 
