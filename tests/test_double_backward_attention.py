@@ -77,6 +77,8 @@ CASES = {
     "causal_longer_keys": dict(shape=(1, 2, D), kv=(1, 4, D), causal=True, impls=("flash",)),
     "bool_mask": dict(shape=(1, T, D), kv=(1, T + 1, D), mask="bool"),
     "float_mask": dict(shape=(2, T, D), kv=(2, T, D), mask="float"),  # summed over batch
+    # the additive causal mask (-inf above the diagonal), a constant: no nan from its -inf
+    "neg_inf_mask": dict(shape=(1, T, D), kv=(1, T, D), mask="-inf"),
     "dropout": dict(shape=(1, T, D), kv=(1, T + 1, D), dropout_p=0.3),
     "causal_dropout": dict(shape=(1, T, D), kv=(1, T, D), causal=True, dropout_p=0.4),
     "gqa_causal": dict(shape=(1, 2, T, D), kv=(1, 1, T, D), causal=True, gqa=True),
@@ -93,6 +95,9 @@ def _inputs(case, device="cpu"):
         mask = ta.tensor(_bool_mask(case["shape"][:-1] + (case["kv"][-2],)), device=device)
     elif case.get("mask") == "float":  # broadcast over the batch: its gradient is summed
         mask = _leaf(case["shape"][-2], case["kv"][-2], device=device)
+    elif case.get("mask") == "-inf":
+        hidden = ta.ones(case["shape"][-2], case["kv"][-2], dtype=ta.bool).tril() == 0
+        mask = ta.zeros(*hidden.shape, dtype=F64).masked_fill(hidden, float("-inf")).to(device)
     return q, k, v, mask
 
 
@@ -162,7 +167,7 @@ def test_recorded_path_matches_the_compiled_first_order(numba_mode):
 
 
 # ----------------------------------------------------------------------------- against torch
-TORCH_CASES = ["plain", "causal", "bool_mask", "float_mask", "gqa_causal"]
+TORCH_CASES = ["plain", "causal", "bool_mask", "float_mask", "neg_inf_mask", "gqa_causal"]
 
 
 def _torch_second(torch, arrays, case, weights):
