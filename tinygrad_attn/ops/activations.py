@@ -13,7 +13,7 @@ from ..autograd import Function
 from ._math_util import _require_float
 from ._util import Tensor, from_array
 from .nonlinear import _sigmoid_array
-from .reduce import Softmax, softmax
+from .reduce import Softmax, backward_xp, softmax
 from .registry import op
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -21,7 +21,8 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _xp(t: Tensor):
-    return backend.xp_for(t.device)
+    """t's array module (in a recorded backward off the CPU, one that records: backward_xp)."""
+    return backward_xp(t.device)
 
 
 def _input(name: str, x):

@@ -14,6 +14,7 @@ from ..backend.dtypes import scalar_as
 from ._math_util import _binary, _grad_to, _require_float, _shape
 from ._util import Tensor, check_same_device, from_array
 from .elementwise import Add, Div, Mul, add, check_integer_divisor, div, mul
+from .reduce import backward_xp
 from .registry import op
 
 
@@ -88,7 +89,7 @@ class Copysign(Function):
     @staticmethod
     def backward(ctx, g):
         A, B = _operand_arrays(ctx, *ctx.saved_tensors)
-        xp = backend.xp_for(g.device)
+        xp = backward_xp(g.device)
         G = g._array()
         # b's sign as +-1 (a constant); recorded (create_graph=True), copysign's first
         # operand is an array of ones, which the recorded copysign takes

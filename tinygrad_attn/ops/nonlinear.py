@@ -17,6 +17,7 @@ from ..autograd.graph import recording
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device
 from .elementwise import _float_in, _wrap
+from .reduce import backward_xp
 from .registry import op
 
 
@@ -206,7 +207,7 @@ class Silu(Function):
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         X = x._array()
-        s = _sigmoid_array(backend.xp_for(x.device), X)
+        s = _sigmoid_array(backward_xp(x.device), X)
         return _wrap((g._array() * s * (1 + X * (1 - s))).astype(X.dtype, copy=False))
 
 
