@@ -166,6 +166,27 @@ def test_recorded_path_matches_the_compiled_first_order(numba_mode):
             np.testing.assert_allclose(b.detach().numpy(), a.numpy(), rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("n_kv_head", [None, 1])
+def test_gpt_attention_block_both_ways(n_kv_head):
+    """The GPT's CausalSelfAttention (projections, head views, attention, head merge) has the
+    same second derivative with attn="views" and attn="flash": one function, two graphs.
+    gradgradcheck on each, then a Hessian-vector product of a scalar of the output."""
+    nn = pytest.importorskip("nn")
+    hvps = []
+    for attn in ("views", "flash"):
+        ta.manual_seed(0)
+        cfg = nn.GPTConfig(vocab_size=5, block_size=T, n_layer=1, n_head=2, n_embd=4,
+                           n_kv_head=n_kv_head, attn=attn, attn_block_size=2)
+        block = nn.gpt.CausalSelfAttention(cfg).to(F64)
+        x = _leaf(1, T, 4)
+        assert ta.gradgradcheck(block, [x])
+        (gx,) = ta.autograd.grad((block(x) ** 2).sum(), x, create_graph=True)
+        direction = ta.randn(*x.shape, dtype=F64)
+        (hvp,) = ta.autograd.grad((gx * direction).sum(), x)
+        hvps.append(hvp.numpy())
+    np.testing.assert_allclose(hvps[1], hvps[0], rtol=1e-10, atol=1e-12)
+
+
 # ----------------------------------------------------------------------------- against torch
 TORCH_CASES = ["plain", "causal", "bool_mask", "float_mask", "neg_inf_mask", "gqa_causal"]
 
