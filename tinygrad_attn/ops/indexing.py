@@ -519,7 +519,7 @@ class IndexSelect(Function):
         (index,) = ctx.saved_tensors
         out = zeros_array(ctx.in_shape, g.dtype, g.device)
         I = unwrap(index)._array().reshape(-1)
-        if recording():  # the same sum, by the idiom that records (index_add has no twin)
+        if recording():  # the same sum by the idiom that records (index_add writes in place)
             out = add_at(out, (slice(None),) * ctx.dim + (I,), g._array())
         else:
             backend.index_add(out, ctx.dim, I, g._array())
