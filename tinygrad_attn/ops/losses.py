@@ -14,7 +14,7 @@ import warnings
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
-from ..autograd.graph import recording
+from ..autograd.graph import recording, unwrap
 from ..errors import ShapeError
 from ._math_util import _require_float
 from ._recorded import RecordedArray
@@ -436,7 +436,7 @@ class NllLoss(Function):
     def backward(ctx, g):
         target, weight = ctx.saved_tensors
         xp = backend.xp_for(g.device)
-        Tg = target._array()
+        Tg = unwrap(target)._array()  # class indices: no derivative (plain when recording)
         if ctx.unbatched:
             Tg = Tg[None]
         C = ctx.input_shapes[0][1] if not ctx.unbatched else ctx.input_shapes[0][0]

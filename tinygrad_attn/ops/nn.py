@@ -10,7 +10,7 @@ import math
 
 from .. import backend
 from ..autograd import Function
-from ..autograd.graph import Recorded, _rejoined, recording
+from ..autograd.graph import Recorded, _rejoined, recording, unwrap
 from ..creation import default_generator, zeros_like
 from ..errors import ShapeError
 from ._util import Tensor, check_same_device, from_array
@@ -175,7 +175,7 @@ class CrossEntropy(Function):
         logits, lse_t, target = ctx.saved_tensors
         G = g._array()
         scale = G / ctx.count if ctx.reduction == "mean" else G  # "none": one per row
-        X, T = logits._array(), target._array()
+        X, T = logits._array(), unwrap(target)._array()  # class indices: no derivative
         if recording():  # lse from the recorded logits, by the forward kernel's text
             lse = backend.kernels.cross_entropy_forward(X, T, ctx.ignore_index)[1]
         else:

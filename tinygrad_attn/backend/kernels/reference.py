@@ -652,23 +652,27 @@ def cross_entropy_forward(logits, target, ignore_index):
     in range where they are not ignore_index:
 
         lse = log(sum(exp(logits - max))) + max, of shape (N, 1),
-        loss = (lse - logits[target]) * (target != ignore_index), of shape (N,)."""
+        loss = (lse - logits[target]) * (target != ignore_index), of shape (N,).
+
+    The index arithmetic runs in the target's module: recorded logits (create_graph) take
+    NumPy's functions, a plain device target its device's."""
     xp = _xp(logits)
     valid = target != ignore_index
     m = logits.max(axis=1, keepdims=True)
     lse = xp.log(xp.exp(logits - m).sum(axis=1, keepdims=True)) + m
-    picked = xp.take_along_axis(logits, xp.where(valid, target, 0)[:, None], axis=1)
+    picked = xp.take_along_axis(logits, _xp(target).where(valid, target, 0)[:, None], axis=1)
     return ((lse - picked)[:, 0] * valid).astype(logits.dtype, copy=False), lse
 
 
 @_float16_in_float32()
 def cross_entropy_backward(logits, lse, target, ignore_index, scale):
     """(softmax(logits) - onehot(target)) * scale * (target != ignore_index), with
-    softmax = exp(logits - lse); scale is a scalar (0-d) or one value per row (N,)."""
-    xp = _xp(logits)
+    softmax = exp(logits - lse); scale is a scalar (0-d) or one value per row (N,).
+    The index arithmetic runs in the target's module (as in cross_entropy_forward)."""
+    xp, ixp = _xp(logits), _xp(target)
     valid = target != ignore_index
     grad = logits - lse
     xp.exp(grad, out=grad)  # the softmax, in the one buffer the gradient needs
-    grad[xp.arange(logits.shape[0]), xp.where(valid, target, 0)] -= 1
+    grad[ixp.arange(logits.shape[0]), ixp.where(valid, target, 0)] -= 1
     grad *= (valid * scale)[:, None] if scale.ndim else valid[:, None] * scale
     return grad
