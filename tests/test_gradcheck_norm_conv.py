@@ -74,5 +74,33 @@ def test_gradcheck_on_device(gpu_device, op, monkeypatch):
     check(fn, _specs(shapes, "transposed"))
 
 
+def _gradient_of(fn):
+    """The inputs' gradient of sum(fn(*xs) ** 2 / 2), recorded (create_graph=True):
+    gradcheck of it checks fn's second derivative (the d1 row), and the d2 row's
+    gradgradcheck checks its third."""
+    def gradient(*xs):
+        with ta.enable_grad():  # gradcheck's finite differences run under no_grad
+            y = fn(*xs)
+            return ta.autograd.grad(((y * y) / 2).sum(), xs, create_graph=True)
+
+    return gradient
+
+
+GRADIENT_ROWS = {  # the window ops' recorded backward (gather, pad, scatter), small shapes
+    "conv2d": (lambda x, w: F.conv2d(x, w, stride=2, padding=1), [(1, 2, 3, 3), (2, 2, 2, 2)]),
+    "conv_transpose1d": (lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=1),
+                         [(1, 2, 3), (2, 1, 3)]),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 2, 1, 1), [(1, 2, 3, 3)]),
+    "avg_pool1d": (lambda x: F.avg_pool1d(x, 3, 2, 1, count_include_pad=False), [(1, 2, 5)]),
+    "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (2, 1)), [(1, 2, 3, 3)]),
+}
+
+
+@pytest.mark.parametrize("op", list(GRADIENT_ROWS))
+def test_gradcheck_of_a_window_ops_gradient(op):
+    fn, shapes = GRADIENT_ROWS[op]
+    check(_gradient_of(fn), _specs(shapes, "sliced"))
+
+
 TESTS_OF: dict = {}
 COVERED = set(ROWS) | set(TESTS_OF)

@@ -189,5 +189,30 @@ def test_a_projected_input_is_not_saved():
         ta.lstm_cell(x, (h, c), None, w_hh)
 
 
+def _gradient_of(fn):
+    """The inputs' gradient of sum(fn(*xs) ** 2 / 2) over fn's outputs, recorded
+    (create_graph=True): gradcheck of it checks fn's second derivative (the d1 row), and
+    the d2 row's gradgradcheck checks its third."""
+    def gradient(*xs):
+        with ta.enable_grad():  # gradcheck's finite differences run under no_grad
+            outs = fn(*xs)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            loss = sum(((o * o) / 2).sum() for o in outs)
+            return ta.autograd.grad(loss, xs, create_graph=True)
+
+    return gradient
+
+
+@pytest.mark.parametrize("row", ["lstm_cell", "gru_cell"])
+def test_gradcheck_of_a_cells_gradient(row):
+    """Through the buffer the cell keeps (its activated gates): a recorded backward reads
+    it as the node's hidden output, so every order of derivative flows back through the
+    gates; one example of two inputs and one hidden unit keeps the third order cheap."""
+    fn, gates, states, _ = GRAD_ROWS[row]
+    specs = [((2, 2), "contiguous", "real")] + [((2, 1), "sliced", "real")] * states + [
+        ((gates, 2), "transposed", "real"), ((gates, 1), "contiguous", "real")]
+    check(_gradient_of(fn), specs, seed=6)
+
+
 TESTS_OF = {"lstm_cell": test_gradcheck_one_bias_and_one_step_of_a_chain}
 COVERED = set(GRAD_ROWS) | set(PROJECTED_ROWS) | set(TESTS_OF)
