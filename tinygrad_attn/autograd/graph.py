@@ -700,6 +700,8 @@ class Recorded:
         self.t = t
 
     def _array(self):
+        if not self.t.dtype.is_floating_point:  # an index or a mask: no derivative flows
+            return self.t._array()
         return recorded_array(self.t)
 
     def _as_recorded(self):

@@ -42,14 +42,18 @@ def _ops():
     return ops
 
 
-def _tensor(x):
-    """An operand as the engine takes it: a tensor, or a Python number."""
+def _tensor(x, device=None):
+    """An operand as the engine takes it: a tensor, or a Python number. A plain array is a
+    constant of the backward (a mask, an index; no graph), put on `device` (the recorded
+    operands' device) when it is elsewhere: a device module's function may hand NumPy's
+    dispatch the host copy of its operand."""
     if type(x) is RecordedArray or type(x) is graph.Recorded:
         return x.t
     if type(x) is Tensor or isinstance(x, (bool, int, float)):
         return x
     if backend.is_array(x):
-        return from_array(x)  # a constant of the backward (a mask, an index): no graph
+        t = from_array(x)
+        return t if device is None or t.device == device else t.to(device)
     if hasattr(x, "dtype") and getattr(x, "shape", None) == ():  # a NumPy scalar
         return x.item()
     raise TypeError(f"recorded backward: unsupported operand {type(x).__name__}")
@@ -118,10 +122,19 @@ def _reduce(kind: str, a: Tensor, axis, keepdims, dtype=None) -> Tensor:
     return out
 
 
+def _device(*xs):
+    """The device of the first recorded operand (None if there is none)."""
+    for x in xs:
+        if type(x) is RecordedArray or type(x) is graph.Recorded:
+            return x.t.device
+    return None
+
+
 def _where(cond, x, y):
     ops = _ops()
     c = _raw(cond)
-    x, y = _tensor(x), _tensor(y)
+    device = _device(x, y, cond)
+    x, y = _tensor(x, device), _tensor(y, device)
     if type(x) is not Tensor and type(y) is not Tensor:
         return None
     if not backend.is_array(c):  # a Python or NumPy bool: one side, broadcast to the other
@@ -129,7 +142,7 @@ def _where(cond, x, y):
         if type(pick) is not Tensor:
             pick = other.new_full(tuple(other.shape), pick)
         return pick
-    return ops.where(from_array(c), x, y)
+    return ops.where(_tensor(c, device), x, y)
 
 
 _UNARY = {
@@ -246,10 +259,11 @@ class RecordedArray(protocol.ArrayProtocol):
             raise self._refuse(f"numpy.{name} of no recorded operand")
         with _plain():
             dtype = _result_dtype(inputs)
+            device = _device(*inputs)
             if name in _UNARY and len(inputs) == 1:
                 return RecordedArray(_as(_UNARY[name](_tensor(inputs[0])), dtype))
             if name in _BINARY and len(inputs) == 2:
-                a, b = _tensor(inputs[0]), _tensor(inputs[1])
+                a, b = _tensor(inputs[0], device), _tensor(inputs[1], device)
                 return RecordedArray(_as(_BINARY[name](a, b), dtype))
             if name in ("remainder", "fmod") and len(inputs) == 2:
                 # a - b * k with k = floor(a / b) (trunc for fmod), which has no derivative
@@ -257,14 +271,14 @@ class RecordedArray(protocol.ArrayProtocol):
                 q = xp.true_divide(_raw(inputs[0]), _raw(inputs[1]))
                 k = xp.floor(q) if name == "remainder" else xp.trunc(q)
                 a, b = _tensor(inputs[0]), _tensor(inputs[1])
-                k = from_array(k) if backend.is_array(k) else k
+                k = _tensor(k, device)
                 return RecordedArray(_as(a - _BINARY["multiply"](b, k), dtype))
             if name == "copysign" and len(inputs) == 2 and not _is_recorded(inputs[0]):
                 return self._xp().copysign(*_raw(list(inputs)))  # no derivative in b
             if name == "copysign" and len(inputs) == 2:
                 sign = self._xp().copysign(1.0, _raw(inputs[1]))  # +-1: no derivative in b
                 a = _tensor(inputs[0])
-                return RecordedArray(_as(a.abs() * from_array(sign), dtype))
+                return RecordedArray(_as(a.abs() * _tensor(sign, device), dtype))
         raise self._refuse(f"numpy.{name}")
 
     def _reduce_ufunc(self, name, inputs):
