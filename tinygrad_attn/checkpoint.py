@@ -104,8 +104,8 @@ def _recorded_backward(ctx, g) -> tuple:
         finally:
             default_generator.set_state(now)
         grads = [None] * len(args)
-        if out.requires_grad:
-            leaves = _leaves_of(out, [args[pos] for pos in wanted])
+        leaves = _leaves_of(out, [args[pos] for pos in wanted]) if out.requires_grad else []
+        if out.requires_grad and (wanted or leaves):
             found = grad([out], [args[pos] for pos in wanted] + leaves, [g],
                          create_graph=True, allow_unused=True)
             for pos, r in zip(wanted, found):
