@@ -366,12 +366,12 @@ class BinaryCrossEntropyWithLogits(Function):
 
 
 def _sigmoid(xp, X):
-    """sigmoid(X) by _sigmoid_array's formula; a recorded backward spells it without the
-    buffers that function writes into (out=), which have no recorded meaning."""
+    """sigmoid(X) by _sigmoid_array; in a recorded backward by the engine's sigmoid on the
+    recorded X (the same values; that function's out= buffers have no recorded meaning, and
+    the engine's derivative s (1 - s) holds at 0 too, where exp(-|x|)'s would be 0)."""
     if not recording():
         return _sigmoid_array(xp, X)
-    e = xp.exp(-xp.abs(X))
-    return xp.where(_constant(X >= 0), 1.0, e) / (e + 1)
+    return from_array(X).sigmoid()._array()
 
 
 def _weight(name, weight, x, label="weight"):
