@@ -155,7 +155,12 @@ _UNARY = {
     "tan": lambda a: a.tan(), "arcsin": lambda a: a.asin(), "arccos": lambda a: a.acos(),
     "arctan": lambda a: a.atan(), "arcsinh": lambda a: a.asinh(),
     "arccosh": lambda a: a.acosh(), "arctanh": lambda a: a.atanh(),
-    "absolute": lambda a: a.abs(), "fabs": lambda a: a.abs(),
+    # |a| as where(a >= 0, a, -a): a backward takes |x| for numerical stability inside a
+    # smooth function (sigmoid as (1 or e) / (1 + e), e = exp(-|x|)), and there the
+    # derivative at 0 is the chosen branch's, 1; abs's own (sign(0) = 0) would give a
+    # wrong second derivative exactly at 0 (a Newton step from w = 0 saw a zero Hessian)
+    "absolute": lambda a: _ops().where(a >= 0, a, -a),
+    "fabs": lambda a: _ops().where(a >= 0, a, -a),
 }
 _BINARY = {
     "add": lambda a, b: a + b if type(a) is Tensor else b.__radd__(a),
@@ -166,10 +171,14 @@ _BINARY = {
     "power": lambda a, b: a ** b if type(a) is Tensor else b.__rpow__(a),
     "float_power": lambda a, b: a ** b if type(a) is Tensor else b.__rpow__(a),
     "matmul": lambda a, b: _ops().matmul(a, b),
-    "maximum": lambda a, b: _ops().maximum(*_both(a, b)),
-    "minimum": lambda a, b: _ops().minimum(*_both(a, b)),
-    "fmax": lambda a, b: _ops().maximum(*_both(a, b)),
-    "fmin": lambda a, b: _ops().minimum(*_both(a, b)),
+    # max(a, b) as where(a >= b, a, b), for the reason |a| is where(a >= 0, a, -a): in a
+    # backward's stable formula (softplus as max(x, 0) + log1p(exp(-|x|))) the derivative
+    # at a tie is the chosen branch's; the maximum op's tie rule (half to each side) would
+    # give softplus''(0) and mish''(0) half their values
+    "maximum": lambda a, b: _ops().where(_ge(a, b), *_both(a, b)),
+    "minimum": lambda a, b: _ops().where(_ge(b, a), *_both(a, b)),
+    "fmax": lambda a, b: _ops().where(_ge(a, b), *_both(a, b)),
+    "fmin": lambda a, b: _ops().where(_ge(b, a), *_both(a, b)),
     "arctan2": lambda a, b: _ops().atan2(*_both(a, b)),
     "hypot": lambda a, b: _ops().hypot(*_both(a, b)),
     "logaddexp": lambda a, b: _ops().logaddexp(*_both(a, b)),
@@ -189,6 +198,12 @@ _CONSTANT_FUNCTIONS = {
     "isrealobj", "isreal", "iscomplex", "sign", "may_share_memory", "shares_memory",
     "unique", "bincount", "digitize",
 }
+
+
+def _ge(a, b):
+    """a >= b as a bool tensor (a constant: no derivative flows through a comparison)."""
+    a, b = _both(a, b)
+    return (a.detach() >= b.detach())
 
 
 def _both(a, b):
@@ -733,7 +748,7 @@ def _f_nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 
 
 def _f_abs(x, *a, **k):
-    return _tensor(x).abs()
+    return _UNARY["absolute"](_tensor(x))
 
 
 def _f_copyto(dst, src, casting="same_kind", where=True):
