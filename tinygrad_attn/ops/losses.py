@@ -359,8 +359,7 @@ class BinaryCrossEntropyWithLogits(Function):
             s = _sigmoid(xp, X)
             gx = G * (s - T) if P is None else G * ((1 + (P - 1) * T) * s - P * T)
         if nt:
-            gt = -X if P is None else (P - 1) * (xp.maximum(-X, 0) + xp.log1p(
-                xp.exp(-xp.abs(X)))) - X
+            gt = -X if P is None else (P - 1) * _softplus_neg(xp, X) - X
             gt = G * gt
         return _grads(x, t, gx, gt) + (None, None)
 
@@ -372,6 +371,17 @@ def _sigmoid(xp, X):
     if not recording():
         return _sigmoid_array(xp, X)
     return from_array(X).sigmoid()._array()
+
+
+def _softplus_neg(xp, X):
+    """softplus(-X) = max(-X, 0) + log1p(exp(-|X|)), stably. A recorded backward spells
+    max(-X, 0) as (|X| - X) / 2 (the same values): the sum is then -X / 2 + h(|X|) with
+    h'(0) = 0, so its derivative at 0 is -1/2 whichever one-sided derivative abs takes
+    there (max(-X, 0)'s tie and abs's branch need not agree)."""
+    if not recording():
+        return xp.maximum(-X, 0) + xp.log1p(xp.exp(-xp.abs(X)))
+    a = xp.abs(X)
+    return (a - X) / 2 + xp.log1p(xp.exp(-a))
 
 
 def _weight(name, weight, x, label="weight"):
