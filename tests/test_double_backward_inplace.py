@@ -333,3 +333,37 @@ def test_recompute_really_rebuilds_the_output_in_the_recorded_backward():
     (gx_saved,) = ta.autograd.grad(gw_saved.sum(), x)
     np.testing.assert_allclose(gx.numpy(), gx_saved.numpy(), rtol=1e-12, atol=1e-12)
     assert np.any(gx.numpy())
+
+
+# ----------------------------------------------------------------------------- corners
+# The piecewise activations at their corners (0, +-3, the softplus threshold): which side's
+# derivative a point takes is torch's choice, in the first derivative and in the second.
+CORNERS = np.array([0.0, -0.0, -3.0, 3.0, 6.0, -1.0, 1.0, 20.0, -20.0, 0.5, -0.5, 2.0])
+CORNER_OPS = {
+    "elu": lambda F: F.elu, "elu_negative_alpha": lambda F: (lambda x: F.elu(x, alpha=-0.7)),
+    "selu": lambda F: F.selu, "celu": lambda F: (lambda x: F.celu(x, alpha=0.5)),
+    "softplus": lambda F: F.softplus,
+    "softplus_at_threshold": lambda F: (lambda x: F.softplus(x, beta=2.0, threshold=1.0)),
+    "softsign": lambda F: F.softsign, "hardswish": lambda F: F.hardswish,
+    # (a piecewise-linear op's first derivative alone has no graph here: times x, it has)
+    "relu6": lambda F: (lambda x: F.relu6(x) * x),
+    "hardtanh": lambda F: (lambda x: F.hardtanh(x) * x), "mish": lambda F: F.mish,
+    "silu": lambda F: F.silu, "logsigmoid": lambda F: F.logsigmoid,
+    "leaky_relu": lambda F: (lambda x: F.leaky_relu(x, 0.2) * x),
+}
+
+
+@pytest.mark.parametrize("name", list(CORNER_OPS))
+def test_activation_corners_first_and_second_derivative_match_torch(name, device):
+    torch = _torch()
+    results = []
+    for lib, F in ((ta, ta.functional), (torch, torch.nn.functional)):
+        x = lib.tensor(CORNERS, dtype=lib.float64, requires_grad=True)
+        if lib is ta:
+            x = ta.tensor(CORNERS, dtype=F64, device=device, requires_grad=True)
+        (g,) = lib.autograd.grad(CORNER_OPS[name](F)(x).sum(), x, create_graph=True)
+        (h,) = lib.autograd.grad(g.sum(), x)
+        results.append((_numpy(g.cpu()), _numpy((x.detach() * 0 + h).cpu())))
+    for kind, ours, theirs in zip(("first", "second"), *results):
+        np.testing.assert_allclose(ours, theirs, rtol=TOL, atol=1e-12,
+                                   err_msg=f"{name}: {kind} derivative")

@@ -7,9 +7,12 @@ the next layer usually keeps that tensor anyway, so the save costs no new bytes.
 
 from __future__ import annotations
 
+import math
+
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
+from ..autograd.graph import recording
 from ._math_util import _require_float
 from ._util import Tensor, from_array
 from .nonlinear import _sigmoid_array
@@ -84,7 +87,12 @@ class Elu(Function):
         xp = _xp(g)
         S, G = saved._array(), g._array()
         a_s = ctx.alpha * ctx.scale
-        negative = S + a_s if ctx.from_output else xp.exp(S) * a_s
+        if recording():  # the same values; the negative side's derivative only below 0,
+            # as torch's second derivative takes it (0 at x = 0)
+            negative = xp.where(S < 0, S, 0) + a_s if ctx.from_output \
+                else xp.where(S < 0, xp.exp(S), 1.0) * a_s
+        else:
+            negative = S + a_s if ctx.from_output else xp.exp(S) * a_s
         return from_array(xp.where(S > 0, G * ctx.scale, G * negative))
 
 
@@ -107,7 +115,10 @@ class Celu(Function):
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
         Y, G = y._array(), g._array()
-        return from_array(_xp(g).where(Y > 0, G, G * (Y / ctx.alpha + 1)))
+        xp = _xp(g)
+        if recording():  # the negative side's derivative only below 0, as elu's
+            Y = xp.where(Y < 0, Y, 0)
+        return from_array(xp.where(Y > 0, G, G * (Y / ctx.alpha + 1)))
 
 
 class Softplus(Function):
@@ -130,7 +141,11 @@ class Softplus(Function):
         xp = _xp(g)
         bx = x._array() * ctx.beta
         G = g._array()
-        return from_array(xp.where(bx > ctx.threshold, G, G * _sigmoid_array(xp, bx)))
+        s = _sigmoid_array(xp, bx)
+        if recording():  # at the threshold itself the value is kept and its derivative is 0,
+            # as torch's second derivative takes it (strictly below the threshold)
+            s = xp.where(bx < ctx.threshold, s, 1 / (1 + math.exp(-ctx.threshold)))
+        return from_array(xp.where(bx > ctx.threshold, G, G * s))
 
 
 class Softsign(Function):
@@ -146,7 +161,10 @@ class Softsign(Function):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        d = 1 + _xp(x).abs(x._array())
+        X = x._array()
+        xp = _xp(x)
+        # recorded: |x| as sign(x) x, whose derivative at 0 is sign(0) = 0, as torch's
+        d = 1 + (xp.sign(X) * X if recording() else xp.abs(X))
         return from_array(g._array() / (d * d))
 
 
@@ -174,7 +192,8 @@ def _tanh_softplus(xp, X):
 
 
 class Hardswish(Function):
-    """y = x relu6(x + 3) / 6;  gx = 0 for x < -3, g for x > 3, g (x / 3 + 1/2) between.
+    """y = x relu6(x + 3) / 6;  gx = 0 for x <= -3, g for x >= 3, g (x / 3 + 1/2) between
+    (torch's choice at the two corners).
     Saves the input."""
 
     @staticmethod
@@ -188,7 +207,7 @@ class Hardswish(Function):
         (x,) = ctx.saved_tensors
         xp = _xp(x)
         X, G = x._array(), g._array()
-        return from_array(xp.where(X < -3, 0, xp.where(X <= 3, G * (X / 3 + 0.5), G))
+        return from_array(xp.where(X <= -3, 0, xp.where(X < 3, G * (X / 3 + 0.5), G))
                           .astype(G.dtype, copy=False))
 
 
