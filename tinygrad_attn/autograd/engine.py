@@ -474,11 +474,7 @@ def _node_backward(node: Node, grads: list) -> tuple:
     """The node's backward: one gradient (or None) per input edge."""
     if _count_is(grads, None) == len(grads):
         return (None,) * len(node.next_functions)
-    if node.materialize_grads:
-        for i, g in enumerate(grads):
-            if g is None:
-                shape, dtype, device = node._outputs_meta[i]
-                grads[i] = from_array(_zeros_array(shape, dtype, device))
+    _materialize(node, grads)
     prev = _relabel(op=node.name, scope=node.scope, call=id(node), grad_enabled=False)
     try:
         with backend.errstate(all="ignore"):  # as in Function.apply
@@ -486,6 +482,15 @@ def _node_backward(node: Node, grads: list) -> tuple:
     finally:
         _restore(prev)
     return _checked_results(node, results)
+
+
+def _materialize(node: Node, grads: list) -> None:
+    """Zeros for the outputs that got no gradient, unless the op takes None."""
+    if node.materialize_grads:
+        for i, g in enumerate(grads):
+            if g is None:
+                shape, dtype, device = node._outputs_meta[i]
+                grads[i] = from_array(_zeros_array(shape, dtype, device))
 
 
 def _node_backward_recorded(node: Node, grads: list) -> tuple:
@@ -496,11 +501,7 @@ def _node_backward_recorded(node: Node, grads: list) -> tuple:
     buffer by recorded ops."""
     if _count_is(grads, None) == len(grads):
         return (None,) * len(node.next_functions)
-    if node.materialize_grads:
-        for i, g in enumerate(grads):
-            if g is None:
-                shape, dtype, device = node._outputs_meta[i]
-                grads[i] = from_array(_zeros_array(shape, dtype, device))
+    _materialize(node, grads)
     seen = [None if g is None else Recorded(g) for g in grads]
     prev = _relabel(op=node.name, scope=node.scope, call=id(node), grad_enabled=True)
     recording_state.on = True

@@ -682,7 +682,25 @@ recorded_array = None
 (set when the op layer is imported; the ops it records are above this layer)."""
 
 
-class Recorded:
+class TensorHolder:
+    """What a proxy of a recorded backward answers from the tensor it holds as `t`."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def __float__(self):
+        return float(self.t)
+
+    def __int__(self):
+        return int(self.t)
+
+    def __bool__(self):
+        return bool(self.t)
+
+
+class Recorded(TensorHolder):
     """A tensor as a recorded backward (create_graph=True) sees it: the gradients it gets,
     its saved tensors, and what the ops it calls return.
 
@@ -724,20 +742,8 @@ class Recorded:
     def __repr__(self) -> str:
         return f"Recorded({self.t!r})"
 
-    def __len__(self) -> int:
-        return len(self.t)
-
     def __iter__(self):
         return (Recorded(v) for v in self.t)
-
-    def __float__(self):
-        return float(self.t)
-
-    def __int__(self):
-        return int(self.t)
-
-    def __bool__(self):
-        return bool(self.t)
 
     def __index__(self):
         return self.t.__index__()

@@ -219,7 +219,7 @@ def _like(shape, dtype, device):
     return backend.xp_for(device).zeros(shape, dtype=dtype)
 
 
-class RecordedArray(protocol.ArrayProtocol):
+class RecordedArray(protocol.ArrayProtocol, graph.TensorHolder):
     """An array of a recorded backward: the NumPy API, recorded (module docstring)."""
 
     __slots__ = ("t",)
@@ -354,18 +354,6 @@ class RecordedArray(protocol.ArrayProtocol):
     @property
     def mT(self):
         return self.swapaxes(-1, -2)
-
-    def __len__(self):
-        return len(self.t)
-
-    def __float__(self):
-        return float(self.t)
-
-    def __int__(self):
-        return int(self.t)
-
-    def __bool__(self):
-        return bool(self.t)
 
     def __repr__(self):
         return f"RecordedArray({self.t!r})"
