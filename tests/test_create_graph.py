@@ -323,3 +323,19 @@ def test_grad_runs_only_the_nodes_that_lead_to_its_inputs():
     assert w.grad is None
     h.sum().backward()  # ExpBackward was not freed by the grad call
     np.testing.assert_allclose(w.grad.numpy(), np.exp([0.5, -0.5]))
+
+
+@pytest.mark.parametrize("op", ["relu", "relu6", "hardtanh", "leaky_relu"])
+def test_a_piecewise_linear_gradient_still_has_a_graph(op):
+    """As torch: the first gradient of a piecewise-linear op is constant in x, yet it
+    requires grad, and differentiating it gives zeros, not "does not require grad"."""
+    torch = pytest.importorskip("torch")
+    x, tx = _pair((5,), seed=11)
+    (g,) = ta.autograd.grad(getattr(ta.nn.functional, op)(x).sum(), x, create_graph=True)
+    (tg,) = torch.autograd.grad(getattr(torch.nn.functional, op)(tx).sum(), tx,
+                                create_graph=True)
+    assert g.requires_grad and tg.requires_grad
+    (h,) = ta.autograd.grad(g.sum(), x)
+    (th,) = torch.autograd.grad(tg.sum(), tx)
+    _close(h, th)
+    assert not h.numpy().any()

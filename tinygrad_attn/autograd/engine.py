@@ -24,6 +24,7 @@ from .graph import (
     GradMode,
     Node,
     Recorded,
+    ZeroDerivative,
     _notify,
     _relabel,
     _restore,
@@ -514,7 +515,27 @@ def _node_backward_recorded(node: Node, grads: list) -> tuple:
     if not isinstance(results, tuple):
         results = (results,)
     results = tuple(_recorded_result(r) for r in results)
+    if any(type(r) is Tensor and not r.requires_grad for r in results):
+        results = _linked_to_sources(node, results)
     return _checked_results(node, results)
+
+
+def _linked_to_sources(node: Node, results: tuple) -> tuple:
+    """A gradient that came out constant (relu's g * mask, a piecewise-linear op) still
+    depends, with derivative zero, on the input it is for: as in torch, it gets a graph to
+    that input, so that differentiating it gives zeros rather than "does not require grad"
+    (the Hessian of a ReLU network is zero, not an error). The input is stood for by an
+    alias of the gradient itself (same shape and dtype) whose history is the input's."""
+    out = list(results)
+    for i, (r, edge) in enumerate(zip(results, node.next_functions)):
+        if type(r) is Tensor and not r.requires_grad and edge is not None:
+            if isinstance(edge[0], AccumulateGrad):
+                source = edge[0].variable
+            else:
+                source = r.detach()
+                source.requires_grad, source.grad_fn, source._output_nr = True, *edge
+            out[i] = ZeroDerivative.apply(r, source)
+    return tuple(out)
 
 
 def _recorded_result(g):

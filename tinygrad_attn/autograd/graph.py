@@ -645,6 +645,25 @@ def _apply_recorded(cls, args: tuple, kwargs: dict):
     return wrap(out)
 
 
+class ZeroDerivative(Function):
+    """y = value (a view of it);  gvalue = g, g for each source = 0. Saves nothing (the
+    sources' shapes only). The engine puts a gradient that a recorded backward computed
+    without a graph (a constant in the sources) under this node, so that it still depends
+    on them, with derivative zero, as torch's gradients do."""
+
+    @staticmethod
+    def forward(ctx, value, *sources):
+        ctx.sources = [(s.shape, s.dtype, s.device) for s in sources]
+        return value  # apply hands it back as a new view
+
+    @staticmethod
+    def backward(ctx, g):
+        from ..tensor import _zeros_array, from_array  # noqa: PLC0415 - at call time
+
+        return (g, *(from_array(_zeros_array(shape, dtype, device))
+                     for shape, dtype, device in ctx.sources))
+
+
 def _rejoined(t: Tensor, node: Node, nr: int) -> Tensor:
     """A new alias of saved output `t` whose history is output `nr` of `node`."""
     alias = _make(t._storage, t._shape, t._strides, t._offset, t._data)
