@@ -822,4 +822,62 @@ def ufunc_out(ufunc, *inputs, out):
     return ufunc(*inputs)
 
 
+def constant(arr):
+    """A plain array (a mask, a count, a divisor) that a backward combines with its
+    gradient: as it is, or in a recorded backward a RecordedArray with no graph (no
+    derivative flows into it), so that NumPy's calls that mix it with recorded arrays
+    dispatch to the recorded side on every device (a CuPy array refuses NumPy's ufuncs
+    before the recorded operand is asked) and it stays on its device."""
+    return RecordedArray(from_array(arr)) if graph.recording_state.on else arr
+
+
+class _RecordedModule:
+    """A device's array module for a recorded backward (create_graph): a call with a
+    recorded operand goes to NumPy's function of that name, with the device arrays among
+    its operands (the backward's masks and counts) as recorded constants, so that NumPy's
+    dispatch hands the whole call to the recorded arrays; CuPy's own functions take no
+    recorded operand. A call with none, and every attribute, is the module's own."""
+
+    __slots__ = ("xp",)
+
+    def __init__(self, xp):
+        self.xp = xp
+
+    def __getattr__(self, name):
+        own = getattr(self.xp, name)
+        if not callable(own) or isinstance(own, type):
+            return own
+
+        def call(*args, **kwargs):
+            if not _any_recorded(args) and not _any_recorded(kwargs.values()):
+                return own(*args, **kwargs)
+            return getattr(backend.xp_for("cpu"), name)(
+                *[_as_constant(a) for a in args],
+                **{k: _as_constant(v) for k, v in kwargs.items()})
+
+        return call
+
+
+def _any_recorded(args) -> bool:
+    return any(_is_recorded(a) or (type(a) in (tuple, list) and _is_recorded(*a))
+               for a in args)
+
+
+def _as_constant(a):
+    """A device array as a recorded constant (no graph); anything else as it is."""
+    if type(a) in (tuple, list):
+        return type(a)(_as_constant(v) for v in a)
+    return constant(a) if backend.is_array(a) else a
+
+
+def backward_xp(device):
+    """The array module a backward computes with on `device`: its own, or, recording
+    (create_graph) off the CPU, one that records calls on recorded arrays
+    (_RecordedModule). On the CPU NumPy's dispatch already does."""
+    xp = backend.xp_for(device)
+    if not graph.recording_state.on or xp is backend.xp_for("cpu"):
+        return xp
+    return _RecordedModule(xp)
+
+
 graph.recorded_array = RecordedArray

@@ -11,7 +11,7 @@ import math
 from .. import backend
 from ..autograd.graph import unwrap
 from ..errors import ShapeError
-from ._recorded import RecordedArray, _is_recorded, add_at
+from ._recorded import _is_recorded, add_at
 from ._util import Tensor, from_array
 
 
@@ -112,11 +112,6 @@ def _col2im(xp, cols, geo: _Geometry, dtype):
     return buf
 
 
-def _constant(arr):
-    """A plain array (a mask, a divisor, a matrix of sizes) as a recorded backward's
-    constant operand: a RecordedArray with no graph, so that NumPy calls that mix it with
-    recorded arrays dispatch to the recorded side on every device's array type."""
-    return RecordedArray(from_array(arr))
 
 
 def _plain(t):

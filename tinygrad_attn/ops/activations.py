@@ -14,9 +14,10 @@ from .. import shape as shp
 from ..autograd import Function
 from ..autograd.graph import recording
 from ._math_util import _require_float
+from ._recorded import backward_xp
 from ._util import Tensor, from_array
 from .nonlinear import _sigmoid_array
-from .reduce import Softmax, backward_xp, softmax
+from .reduce import Softmax, softmax
 from .registry import op
 
 _SELU_ALPHA = 1.6732632423543772848170429916717

@@ -28,10 +28,11 @@ import math
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
-from ..autograd.graph import recording, unwrap, wrap
+from ..autograd.graph import recording, unwrap
 from ..creation import default_generator
 from ..errors import ShapeError
 from ._math_util import wide
+from ._recorded import constant
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .registry import op
 
@@ -272,7 +273,7 @@ def _recorded_backward(ctx, q, k, v, out, lse, mask, g):
             if drop is None:
                 dv = backend.matmul(xp, xp.swapaxes(p, -1, -2), g_blk)
             else:
-                z = _constant(_dropout_keep(xp, drop, B, Tq, Tk, i0, i1, j0, j1)
+                z = constant(_dropout_keep(xp, drop, B, Tq, Tk, i0, i1, j0, j1)
                               * p.dtype.type(drop[2]))
                 dv = backend.matmul(xp, xp.swapaxes(p * z, -1, -2), g_blk)
                 ds = ds * z
@@ -289,7 +290,7 @@ def _recorded_backward(ctx, q, k, v, out, lse, mask, g):
     for cols, width in ((dK_cols, K.shape[-1]), (dV_cols, V.shape[-1])):
         for n, j0 in enumerate(key_blocks):  # key blocks no query saw (causal, Tk > Tq)
             if cols[n] is None:
-                cols[n] = _constant(xp.zeros(B + (min(j0 + bs, Tk) - j0, width), dtype=Q.dtype))
+                cols[n] = constant(xp.zeros(B + (min(j0 + bs, Tk) - j0, width), dtype=Q.dtype))
     dtype = q.dtype.np
     grads = tuple(from_array(xp.concatenate(blocks, axis=-2).astype(dtype, copy=False))
                   if needed else None
@@ -307,7 +308,7 @@ def _recorded_lse(xp, q_blk, K, M, causal, scale, bs, i0, i1, saved):
     +inf (its p is 0 and nothing flows through it); its sum is replaced by 1 so that no
     log(0) is taken."""
     unseen = xp.isinf(saved)
-    shift = _constant(xp.where(unseen, 0, saved))
+    shift = constant(xp.where(unseen, 0, saved))
     total = None
     for j0 in range(0, K.shape[-2], bs):
         if causal and j0 > i1 - 1:
@@ -318,16 +319,10 @@ def _recorded_lse(xp, q_blk, K, M, causal, scale, bs, i0, i1, saved):
         backend.kernels.attention_block_probs(e, shift, keep, add, scale)  # exp(z - c)
         total = _plus(total, e.sum(axis=-1, keepdims=True))
     # unseen rows: inf + log(0 + 1); the others: c + log(total + 0)
-    return (_constant(xp.where(unseen, xp.inf, saved))
-            + xp.log(total + _constant(unseen.astype(saved.dtype))))
+    return (constant(xp.where(unseen, xp.inf, saved))
+            + xp.log(total + constant(unseen.astype(saved.dtype))))
 
 
-def _constant(a):
-    """A plain array as a recorded array with no graph, for arithmetic with recorded ones:
-    NumPy's ufuncs then see only recorded operands (beside a device array that refuses
-    NumPy's ufuncs, as the fake CuPy's do, NumPy would raise before asking the recorded
-    one)."""
-    return wrap(from_array(a))._array()
 
 
 def _plus(acc, x):

@@ -12,9 +12,9 @@ from ..autograd import Function
 from ..autograd.graph import recording
 from ..backend.dtypes import scalar_as
 from ._math_util import _binary, _grad_to, _require_float, _shape
+from ._recorded import backward_xp
 from ._util import Tensor, check_same_device, from_array
 from .elementwise import Add, Div, Mul, add, check_integer_divisor, div, mul
-from .reduce import backward_xp
 from .registry import op
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
-from ..autograd.graph import Recorded, recording
+from ..autograd.graph import Recorded
 from ..backend.dtypes import checked_scalar, scalar_as
+from ._recorded import backward_xp
 from ._util import Tensor, broadcast_shape, check_same_device, from_array, operand, unbroadcast
 from .registry import op
 
@@ -82,16 +83,6 @@ def _grad(ctx, i, g) -> Tensor:
 def _saved(ctx, i, t):
     """Operand i for backward, in the result dtype: its saved tensor or its Python number."""
     return _in(ctx.scalars[i] if t is None else t, ctx.dtype)
-
-
-def _backward_xp(device):
-    """The array module a backward computes with (ops/reduce.py's backward_xp: one that
-    records, in a recorded backward off the CPU)."""
-    if not recording():
-        return backend.xp_for(device)
-    from .reduce import backward_xp  # reduce imports this module
-
-    return backward_xp(device)
 
 
 def _wrap(arr) -> Tensor:
@@ -248,7 +239,7 @@ class Pow(Function):
     def backward(ctx, g):
         a, b, y = ctx.saved_tensors
         na, nb = ctx.needs_input_grad
-        xp = _backward_xp(g.device)
+        xp = backward_xp(g.device)
         G = g._array()
         A, B = _saved(ctx, 0, a), _saved(ctx, 1, b)
         ga = gb = None

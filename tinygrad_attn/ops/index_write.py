@@ -14,10 +14,10 @@ from __future__ import annotations
 from .. import backend
 from .. import shape as shp
 from ..autograd import Function
-from ..autograd.graph import Recorded, recording, unwrap
+from ..autograd.graph import recording, unwrap
 from ..backend.dtypes import checked_scalar
 from ._axis import as_1d, check_index, dim_of, scan
-from ._recorded import add_at
+from ._recorded import add_at, constant
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .indexing import _full_index
 from .registry import op
@@ -51,11 +51,6 @@ def _src_part(src, index_shape):
     return src[tuple(slice(0, n) for n in index_shape)]
 
 
-def _constant(arr):
-    """A plain array (a mask, a count) that a backward combines with its gradient: as it
-    is, or in a recorded backward as a recorded constant (no derivative flows into it), so
-    that NumPy's calls see recorded operands only and keep it on its device."""
-    return Recorded(from_array(arr))._array() if recording() else arr
 
 
 _COMBINE = {"prod": "multiply", "amax": "maximum", "amin": "minimum"}
@@ -154,7 +149,7 @@ class ScatterReduce(Function):
         lin = _linear(xp, shape1, grid, I.shape)
         hit = xp.zeros(G.size, dtype=bool)
         hit[lin] = True
-        hit = _constant(hit.reshape(shape1))
+        hit = constant(hit.reshape(shape1))
         gx = gsrc_part = None
         if how in ("none", "sum"):
             keep_self = how == "sum" and ctx.include_self
@@ -164,7 +159,7 @@ class ScatterReduce(Function):
             count = xp.zeros(G.size, dtype=G.dtype)
             backend.scatter_add(count, lin, xp.ones(lin.size, dtype=G.dtype))
             count = count.reshape(shape1) + (1 if ctx.include_self else 0)
-            scaled = G / _constant(xp.where(count == 0, 1, count))
+            scaled = G / constant(xp.where(count == 0, 1, count))
             gx = scaled if ctx.include_self else xp.where(hit, 0, G)
             gsrc_part = scaled[grid]
         else:
@@ -176,9 +171,9 @@ class ScatterReduce(Function):
                 src_eq = S == Y[grid]
                 count = self_eq.astype(G.dtype).reshape(-1)
                 backend.scatter_add(count, lin, src_eq.astype(G.dtype).reshape(-1))
-                share = G / _constant(count.reshape(shape1))
-                gx = xp.where(_constant(self_eq), share, 0)
-                gsrc_part = xp.where(_constant(src_eq), share[grid], 0)
+                share = G / constant(count.reshape(shape1))
+                gx = xp.where(constant(self_eq), share, 0)
+                gsrc_part = xp.where(constant(src_eq), share[grid], 0)
             else:  # prod
                 gx, gsrc_part = _prod_grads(xp, ctx, X, Y, S, G, I, grid, lin, hit)
         gx = from_array(gx.reshape(ctx.x_shape))
@@ -195,7 +190,7 @@ class ScatterReduce(Function):
 
 def _prod_grads(xp, ctx, X, Y, S, G, I, grid, lin, hit):
     """torch's zero-safe gradients of scatter_reduce(prod). The masks are constants of a
-    recorded backward (_constant); the products are recorded, so their derivatives flow."""
+    recorded backward (constant); the products are recorded, so their derivatives flow."""
     def forward(self_arr, src_arr):
         out = self_arr.copy()
         flat = out.reshape(-1)
@@ -206,7 +201,7 @@ def _prod_grads(xp, ctx, X, Y, S, G, I, grid, lin, hit):
         return flat.reshape(self_arr.shape)
 
     if ctx.include_self:
-        self_zero = _constant(X == 0)
+        self_zero = constant(X == 0)
         masked_self_result = forward(xp.where(self_zero, 1, X), S)
         gx = xp.where(self_zero, G * masked_self_result, G * Y / xp.where(self_zero, 1, X))
     else:
@@ -215,7 +210,7 @@ def _prod_grads(xp, ctx, X, Y, S, G, I, grid, lin, hit):
     zeros_at = xp.zeros(X.size, dtype=G.dtype)
     backend.scatter_add(zeros_at, lin, src_zero.astype(G.dtype).reshape(-1))
     single = src_zero & (zeros_at.reshape(X.shape)[grid] == 1)
-    single, src_zero = _constant(single), _constant(src_zero)
+    single, src_zero = constant(single), constant(src_zero)
     masked_src_result = forward(X, xp.where(single, 1, S))
     gsrc = xp.where(single, (G * masked_src_result)[grid],
                     (G * Y)[grid] / xp.where(src_zero, 1, S))

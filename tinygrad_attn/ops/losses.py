@@ -17,7 +17,7 @@ from ..autograd import Function
 from ..autograd.graph import recording, unwrap
 from ..errors import ShapeError
 from ._math_util import _require_float
-from ._recorded import RecordedArray
+from ._recorded import constant
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .elementwise import Mul
 from .nonlinear import _sigmoid_array
@@ -55,12 +55,6 @@ def _upstream(ctx, g):
     return G / ctx.count if ctx.reduction == "mean" else G
 
 
-def _constant(arr):
-    """A plain array (a mask, a sign) that a backward combines with recorded ones: as it
-    is, or in a recorded backward a recorded array with no graph (no derivative flows into
-    it), so that the NumPy calls mixing them dispatch to the recorded side on every device
-    and keep it on its device."""
-    return RecordedArray(from_array(arr)) if recording() else arr
 
 
 def _pair(name: str, x, t, broadcast: bool = True, compute=None):
@@ -194,7 +188,7 @@ class SmoothL1Loss(_Pointwise):
     def derivative(xp, d, beta):
         if beta == 0:
             return xp.sign(d)
-        return xp.where(_constant(xp.abs(d) < beta), d / beta, _constant(xp.sign(d))).astype(
+        return xp.where(constant(xp.abs(d) < beta), d / beta, constant(xp.sign(d))).astype(
             d.dtype, copy=False)
 
 
@@ -224,7 +218,7 @@ class HuberLoss(_Pointwise):
 
     @staticmethod
     def derivative(xp, d, delta):
-        return xp.where(_constant(xp.abs(d) <= delta), d, _constant(delta * xp.sign(d))).astype(
+        return xp.where(constant(xp.abs(d) <= delta), d, constant(delta * xp.sign(d))).astype(
             d.dtype, copy=False)
 
 

@@ -15,9 +15,9 @@ from .. import backend
 from ..autograd import Function
 from ..autograd.graph import recording
 from ..errors import ShapeError
+from ._recorded import backward_xp
 from ._util import Tensor, check_same_device
 from .elementwise import _float_in, _wrap
-from .reduce import backward_xp
 from .registry import op
 
 

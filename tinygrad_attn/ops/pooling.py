@@ -13,12 +13,12 @@ from .. import backend
 from ..autograd import Function
 from ..autograd.graph import recording
 from ..errors import ShapeError
+from ._recorded import constant
 from ._util import from_array
 from ._window import (
     _array_of,
     _batched,
     _col2im,
-    _constant,
     _Geometry,
     _padded,
     _plain,
@@ -111,7 +111,7 @@ class MaxPool(Function):
         geo = ctx.geo
         if recording():  # create_graph: the routed gradients as columns, scattered back
             kernel, arg = geo.kernel, _plain(arg_t)
-            routed = [xp.where(_constant(arg == j), G, 0) for j in range(math.prod(kernel))]
+            routed = [xp.where(constant(arg == j), G, 0) for j in range(math.prod(kernel))]
             cols = xp.stack(routed, axis=2).reshape(G.shape[:2] + kernel + geo.out)
             gx = _col2im(xp, cols, geo, G.dtype)
             return from_array(gx[0] if ctx.unbatched else gx)
@@ -223,7 +223,7 @@ class AvgPool(Function):
         G, _ = _batched(g._array(), len(ctx.geo.out))
         geo = ctx.geo
         if recording():  # create_graph: the shares as columns, scattered back
-            share = G / _constant(_divisor(xp, geo, ctx.divisor, G.dtype))
+            share = G / constant(_divisor(xp, geo, ctx.divisor, G.dtype))
             n = len(geo.out)
             cols = xp.broadcast_to(share.reshape(share.shape[:2] + (1,) * n + geo.out),
                                    share.shape[:2] + geo.kernel + geo.out)
@@ -273,7 +273,7 @@ def _along(xp, X, A, axis):
     """X with its `axis` contracted against A's columns (the axis becomes A.shape[0] long)."""
     moved = xp.moveaxis(X, axis, -2)
     if recording():  # the operator: a device array's defers to the recorded one
-        return xp.moveaxis(_constant(A) @ moved, -2, axis)
+        return xp.moveaxis(constant(A) @ moved, -2, axis)
     return xp.moveaxis(backend.matmul(xp, A, moved), -2, axis)
 
 

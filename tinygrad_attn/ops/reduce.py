@@ -9,59 +9,10 @@ from ..autograd.graph import recording
 from ..errors import ShapeError
 from ..memory import state as ledger_state
 from ._math_util import wide as _wide
-from ._recorded import RecordedArray, _is_recorded, put_along_axis
+from ._recorded import backward_xp, put_along_axis
 from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .elementwise import Maximum, Minimum, maximum, minimum
 from .registry import op
-
-
-class _RecordedModule:
-    """A device's array module for a recorded backward (create_graph): a call with a
-    recorded operand goes to NumPy's function of that name, with the device arrays among
-    its operands (the backward's masks and counts) as recorded constants, so that NumPy's
-    dispatch hands the whole call to the recorded arrays; CuPy's own functions take no
-    recorded operand. A call with none, and every attribute, is the module's own."""
-
-    __slots__ = ("xp",)
-
-    def __init__(self, xp):
-        self.xp = xp
-
-    def __getattr__(self, name):
-        own = getattr(self.xp, name)
-        if not callable(own) or isinstance(own, type):
-            return own
-
-        def call(*args, **kwargs):
-            if not _any_recorded(args) and not _any_recorded(kwargs.values()):
-                return own(*args, **kwargs)
-            return getattr(backend.xp_for("cpu"), name)(
-                *[_as_constant(a) for a in args],
-                **{k: _as_constant(v) for k, v in kwargs.items()})
-
-        return call
-
-
-def _any_recorded(args) -> bool:
-    return any(_is_recorded(a) or (type(a) in (tuple, list) and _is_recorded(*a))
-               for a in args)
-
-
-def _as_constant(a):
-    """A device array as a recorded constant (no graph); anything else as it is."""
-    if type(a) in (tuple, list):
-        return type(a)(_as_constant(v) for v in a)
-    return RecordedArray(from_array(a)) if backend.is_array(a) else a
-
-
-def backward_xp(device):
-    """The array module a backward computes with on `device`: its own, or, recording
-    (create_graph) off the CPU, one that records calls on recorded arrays
-    (_RecordedModule). On the CPU NumPy's dispatch already does."""
-    xp = backend.xp_for(device)
-    if not recording() or xp is backend.xp_for("cpu"):
-        return xp
-    return _RecordedModule(xp)
 
 
 def _axes(x: Tensor, dim, op: str, empty_is_all: bool = True):

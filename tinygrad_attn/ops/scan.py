@@ -10,9 +10,8 @@ from .. import backend, return_types
 from ..autograd import Function
 from ..autograd.graph import recording
 from ._axis import as_1d, dim_of, positions, put_along, reverse_cumsum, scan
-from ._recorded import add_at, ufunc_out
+from ._recorded import add_at, backward_xp, ufunc_out
 from ._util import Tensor, from_array
-from .reduce import backward_xp
 from .registry import op
 
 

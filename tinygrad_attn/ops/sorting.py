@@ -13,8 +13,8 @@ from .. import shape as shp
 from ..autograd import Function
 from ..errors import ShapeError
 from ._axis import as_1d, dim_of, positions, scan
+from ._recorded import backward_xp
 from ._util import Tensor, check_same_device, from_array
-from .reduce import backward_xp
 from .registry import op
 from .scan import add_along
 

@@ -15,11 +15,12 @@ from .. import shape as shp
 from ..autograd import Function
 from ..autograd.graph import recording
 from ._math_util import wide
+from ._recorded import backward_xp
 from ._util import Tensor, from_array
 from .elementwise import Div, div
 from .indexing import Where, where
 from .logical import isnan, logical_not
-from .reduce import Mean, Std, Sum, Var, _axes, _keep_shape, backward_xp, mean
+from .reduce import Mean, Std, Sum, Var, _axes, _keep_shape, mean
 from .reduce import sum as sum_dims
 from .registry import op
 
