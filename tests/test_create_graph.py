@@ -68,6 +68,10 @@ def _grad_any(y, x, v, create_graph):
 THIRD_ORDER = {
     "tanh": (lambda x: x.tanh(), lambda x: x.tanh()),
     "softmax": (lambda x: x.softmax(-1), lambda x: x.softmax(-1)),
+    "gelu": (lambda x: ta.nn.functional.gelu(x),
+             lambda x: __import__("torch").nn.functional.gelu(x)),
+    "bias_gelu": (lambda x: ta.nn.functional.bias_gelu(x, _bias(x)),
+                  lambda x: __import__("torch").nn.functional.gelu(x + _bias(x))),
     # torch's fused layer_norm has a wrong third derivative in 2.13 (0.34 off at this point;
     # finite differences of its second derivative agree with the composed formula to
     # 1e-10): the reference is torch's composition of the same function
@@ -75,6 +79,10 @@ THIRD_ORDER = {
                    lambda x: (x - x.mean(-1, keepdim=True))
                    / (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()),
 }
+
+
+def _bias(x):
+    return _like(x, np.linspace(-0.5, 0.5, 4))
 
 
 def test_torchs_fused_layer_norm_third_derivative_is_the_one_that_differs():

@@ -126,6 +126,8 @@ class Gelu(Function):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
+        if recording() and ctx.approximate == "none":  # one node for the gradient's graph
+            return _GeluGrad.apply(x, g)
         X, G = x._array(), g._array()
         if ctx.approximate == "tanh":
             return _wrap(backend.kernels.gelu_tanh_backward(X, G))
@@ -177,11 +179,44 @@ class BiasGelu(Function):
     @staticmethod
     def backward(ctx, g):
         x, bias = ctx.saved_tensors
+        nx, nb = ctx.needs_input_grad[:2]
+        if recording() and ctx.approximate == "none":  # one node for the gradient's graph
+            gx = _GeluGrad.apply(x + bias, g)
+            gb = gx.reshape(-1, gx.shape[-1]).sum(0)
+            return (gx.to(x.dtype) if nx else None, gb.to(bias.dtype) if nb else None)
         X, B = _bias_gelu_arrays(x, bias)
         gx, gb = backend.kernels.bias_gelu_backward(X, B, g._array(), ctx.approximate)
-        nx, nb = ctx.needs_input_grad[:2]
         return (_wrap(gx.astype(x.dtype.np, copy=False)) if nx else None,
                 _wrap(gb.astype(bias.dtype.np, copy=False)) if nb else None)
+
+
+class _GeluGrad(Function):
+    """y = g * gelu'(x) = g * (Phi(x) + x phi(x)), exact gelu's backward as one node of a
+    recorded backward (create_graph): gg = gelu'(x) * gy, gx = gy * g * phi(x) * (2 - x^2).
+    Saves x and g, as torch's double backward of gelu does: recording gelu's backward
+    text op by op would keep five input-sized intermediates for the gradient's graph."""
+
+    @staticmethod
+    def forward(ctx, x, g):
+        ctx.save_for_backward(x, g)
+        return _wrap(backend.kernels.gelu_backward(_float_in(x), g._array()))
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, g = ctx.saved_tensors
+        nx, ng = ctx.needs_input_grad
+        X, G, GY = x._array(), g._array(), gy._array()
+        gx = gg = None
+        if nx:
+            xp = backward_xp(gy.device)
+            phi = xp.exp(-0.5 * X * X) * _INV_SQRT_2PI
+            gx = _wrap(GY * G * phi * (2 - X * X))
+        if ng:
+            gg = _wrap(backend.kernels.gelu_backward(X, GY))
+        return gx, gg
+
+
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def _bias_gelu_arrays(x, bias):
