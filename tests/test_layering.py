@@ -18,7 +18,8 @@ LAYERS = {
     "tensor": 3,
     "autograd": 4,
     "ops": 5, "creation": 5, "random": 5, "return_types": 5,
-    "functional": 6, "gradcheck": 6, "func": 6, "autograd/functional": 6, "checkpoint": 6, "linalg": 6, "amp": 6, "distributed": 6,
+    "functional": 6, "gradcheck": 6, "checkpoint": 6, "linalg": 6, "amp": 6, "distributed": 6,
+    "func": 6, "autograd/functional": 6,  # the transforms build tensors with the ops
     "cuda": 6,  # cuda.manual_seed reseeds creation's generator; cuda.amp is amp
     "memory": 7, "serialization": 7,
     "viz": 8, "utils": 8,

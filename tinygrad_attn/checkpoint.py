@@ -63,19 +63,25 @@ class Checkpoint(Function):
             leaf.requires_grad_(ctx.needs_input_grad[pos + 1] and t.dtype.is_floating_point)
             args[pos] = leaf
             inputs.append(leaf)
-        now = default_generator.get_state()
-        default_generator.set_state(ctx.rng_state)
-        try:
-            with enable_grad(), ledger_scopes.resume_calls(ctx.module_calls):
-                out = ctx.block(*args)
-        finally:
-            default_generator.set_state(now)
+        out = _rerun(ctx, args)
         if out.requires_grad:
             backward([out], [g])
         grads = [None] * len(args)
         for pos, leaf in zip(ctx.positions, inputs):
             grads[pos] = leaf.grad
         return (None, *grads)
+
+
+def _rerun(ctx, args: list):
+    """The block again, on `args`, with grad mode on, forward's random state (so dropout
+    draws the same masks) and its module scopes."""
+    now = default_generator.get_state()
+    default_generator.set_state(ctx.rng_state)
+    try:
+        with enable_grad(), ledger_scopes.resume_calls(ctx.module_calls):
+            return ctx.block(*args)
+    finally:
+        default_generator.set_state(now)
 
 
 def _recorded_backward(ctx, g) -> tuple:
@@ -96,13 +102,7 @@ def _recorded_backward(ctx, g) -> tuple:
                 wanted.append(pos)
             else:
                 args[pos] = t.detach()
-        now = default_generator.get_state()
-        default_generator.set_state(ctx.rng_state)
-        try:
-            with enable_grad(), ledger_scopes.resume_calls(ctx.module_calls):
-                out = ctx.block(*args)
-        finally:
-            default_generator.set_state(now)
+        out = _rerun(ctx, args)
         grads = [None] * len(args)
         leaves = _leaves_of(out, [args[pos] for pos in wanted]) if out.requires_grad else []
         if out.requires_grad and (wanted or leaves):
