@@ -347,3 +347,33 @@ def test_a_piecewise_linear_gradient_still_has_a_graph(op):
     (th,) = torch.autograd.grad(tg.sum(), tx)
     _close(h, th)
     assert not h.numpy().any()
+
+
+def test_gradcheck_takes_torchs_keywords():
+    x = ta.tensor([0.5, -1.0], dtype=F64, requires_grad=True)
+
+    class Wrong(ta.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 3
+
+    assert ta.gradcheck(lambda x: x.exp(), (x,), raise_exception=False, fast_mode=False)
+    assert ta.gradcheck(Wrong.apply, (x,), raise_exception=False) is False
+    with pytest.raises(ta.GradcheckError):
+        ta.gradcheck(Wrong.apply, (x,))
+    with pytest.raises(NotImplementedError):
+        ta.gradcheck(lambda x: x.exp(), (x,), check_forward_ad=True)
+
+
+def test_backward_takes_torchs_positional_order():
+    """torch.autograd.backward(tensors, grad_tensors, retain_graph, create_graph,
+    grad_variables, inputs)."""
+    x = ta.tensor([1.0, 2.0], dtype=F64, requires_grad=True)
+    w = ta.tensor([3.0, 4.0], dtype=F64, requires_grad=True)
+    ta.autograd.backward([(x * w).sum()], None, None, False, None, [w])
+    assert x.grad is None
+    np.testing.assert_allclose(w.grad.numpy(), [1.0, 2.0])

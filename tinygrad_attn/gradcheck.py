@@ -19,14 +19,30 @@ def _outputs(out) -> list:
 
 
 def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-              max_report: int = 10) -> bool:
+              max_report: int = 10, *, raise_exception: bool = True, nondet_tol: float = 0.0,
+              check_undefined_grad: bool = True, check_grad_dtypes: bool = False,
+              check_batched_grad: bool = False, check_batched_forward_grad: bool = False,
+              check_forward_ad: bool = False, check_backward_ad: bool = True,
+              fast_mode: bool = False, masked=None) -> bool:
     """Check d fn(*inputs) / d inputs against finite differences; raise on a mismatch.
 
     `inputs` is a tensor or a sequence; tensors that require grad are checked and must be
     float64. Every output element's row of the Jacobian is computed with autograd.grad
     and every input element's column with (f(x + eps) - f(x - eps)) / 2 eps. Returns True,
-    or raises GradcheckError with a per-element report of the mismatches.
+    or raises GradcheckError with a per-element report of the mismatches (returns False
+    instead with raise_exception=False). torch's other keyword arguments are accepted;
+    those about forward-mode AD and batched gradients must keep their defaults.
     """
+    if check_forward_ad or check_batched_grad or check_batched_forward_grad:
+        raise NotImplementedError("gradcheck: the engine has no forward-mode AD or vmap; "
+                                  "check_forward_ad and check_batched_* must be False")
+    if not check_backward_ad:
+        return True
+    if not raise_exception:
+        try:
+            return gradcheck(fn, inputs, eps, atol, rtol, max_report)
+        except GradcheckError:
+            return False
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     checked = _checked_inputs(inputs)
     outs = _outputs(fn(*inputs))

@@ -49,13 +49,17 @@ def _tell_tracers(event: str, *args) -> None:
 
 # ----------------------------------------------------------------------------- public API
 def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
-             create_graph: bool = False, inputs=None) -> None:
+             create_graph: bool = False, grad_variables=None, inputs=None) -> None:
     """Compute gradients of `tensors` and accumulate them into the leaves' .grad.
 
     create_graph=True records the backward itself, so that the gradients (and the .grad
     they accumulate into) can be differentiated again; retain_graph defaults to it.
     `inputs`: accumulate into these tensors' .grad only."""
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    if grad_variables is not None:  # torch's old name for grad_tensors
+        if grad_tensors is not None:
+            raise RuntimeError("backward: pass grad_tensors or grad_variables, not both")
+        grad_tensors = grad_variables
     if grad_tensors is None:
         grad_tensors = [None] * len(tensors)
     elif isinstance(grad_tensors, Tensor):
