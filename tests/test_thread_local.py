@@ -226,6 +226,28 @@ def test_byte_counters_exact_after_threads_allocate_and_free():
     assert res["peak_ok"]
 
 
+def test_profile_opens_while_other_threads_build_tuples():
+    # Opening a profile learns which storages are already alive. Learning it from the
+    # collector's list of every object also handed out tuples other threads were still
+    # building from generators, whose next growth then failed with a SystemError.
+    res = _run("""
+        stop = threading.Event()
+        def build():
+            while not stop.is_set():
+                tuple(ta.zeros(2) for _ in range(200))
+        def observe():
+            try:
+                for _ in range(300):
+                    with ta.memory.profile():
+                        pass
+            finally:
+                stop.set()
+        errors = in_threads(build, build, build, observe)
+        print(json.dumps({"errors": errors}))
+        """)
+    assert res["errors"] == []
+
+
 # ----------------------------------------------------------------------------- fork
 _FORK = """
 def child_checks(want_grad):

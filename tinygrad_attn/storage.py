@@ -13,6 +13,7 @@ emulated device limit and tells the observers there.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 from . import backend
 from . import shape as shp
@@ -32,6 +33,8 @@ class Storage:
                  shape=None) -> None:
         ledger = ledger_state
         nbytes = buffer.nbytes
+        sid = next(_ids)
+        ref = weakref.ref(self)  # made outside the lock: a weakref can start a collection
         with ledger.lock:  # exact under threads; nothing in here allocates (see state.lock)
             live = ledger.live_bytes.get(device, 0) + nbytes
             cap = ledger.limit.get(device) if ledger.limit else None
@@ -40,6 +43,7 @@ class Storage:
                 ledger.live_bytes[device] = live
                 if live > ledger.peak_bytes.get(device, 0):
                     ledger.peak_bytes[device] = live
+                ledger.live_storages[sid] = ref
         if over:
             raise _out_of_memory(nbytes, device, dtype, shape, live - nbytes, cap)
         current = ledger.local.labels  # this thread's (see memory/state.py)
@@ -50,7 +54,7 @@ class Storage:
         self.shape = shape  # shape of the tensor that asked for it
         self.version = 0
         self.history_version = 0  # version at the last in-place op that rewrote history
-        self.id = next(_ids)
+        self.id = sid
         self.op = current["op"]
         self.phase = current["phase"]  # forward / backward / optimizer / other
         self.scope = current["scope"]  # qualified module name, e.g. "transformer.h.3.attn"
@@ -67,6 +71,7 @@ class Storage:
             ledger = ledger_state
             with ledger.lock:
                 ledger.live_bytes[self.device] -= self.nbytes
+                del ledger.live_storages[self.id]
             if ledger.observers:
                 with ledger.observer_lock:
                     for obs in tuple(ledger.observers):

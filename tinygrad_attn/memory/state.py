@@ -153,9 +153,12 @@ oom_report = [None]
 # process. `lock` makes each update exact when threads allocate at once (a read-add-write
 # of a dict entry is not atomic under the GIL). Nothing inside it may allocate a Python
 # container (a garbage collection could run a Storage's __del__ there, which takes it too):
-# only the arithmetic on the counters.
+# only the arithmetic on the counters, and the entry in `live_storages` (id -> weakref to
+# every live Storage, made before the lock is taken), from which profile() learns what was
+# alive before it started watching.
 live_bytes: dict[str, int] = {}
 peak_bytes: dict[str, int] = {}
+live_storages: dict = {}
 lock = threading.Lock()
 
 # Observers get on_alloc(storage) and on_free(storage); if they define them, also

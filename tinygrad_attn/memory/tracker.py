@@ -9,13 +9,11 @@ only has to say what holds memory now, which is why the limit lives here, beside
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
 import weakref
 
 from .. import backend
-from .. import storage as _storage  # a module reference: see the note in __init__.py
 from . import state
 from .counters import fmt_bytes, parse_bytes
 
@@ -46,19 +44,13 @@ def source_lines() -> tuple:
 
 # ----------------------------------------------------------------------------- tracker
 def _live_storages() -> list:
-    """Every live Storage, from the collector's list of all objects. That list also holds a
-    tuple another thread may be building (tuple(generator)), whose building fails with a
-    SystemError if anything else references it when it grows; so no other thread is let run
-    (a long switch interval) until the list is dropped, which takes milliseconds."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(60.0)
-    try:
-        everything = gc.get_objects()
-        found = [st for st in everything if type(st) is _storage.Storage]
-        del everything
-    finally:
-        sys.setswitchinterval(interval)
-    return found
+    """Every live Storage, from the registry each one enters when it is made and leaves in
+    its __del__ (state.live_storages). The copy is one C call that allocates its dict before
+    it reads any entry, so no collection (and no other thread) runs while it copies: a
+    Storage made or freed meanwhile is in it or not, never half. (It is not taken under
+    state.lock: allocating a dict there could run a __del__ that takes the lock again.)"""
+    refs = state.live_storages.copy()
+    return [st for st in (r() for r in refs.values()) if st is not None]
 
 
 class Tracker:
