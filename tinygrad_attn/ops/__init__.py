@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     _recorded,  # noqa: F401 - recorded arrays for create_graph backwards
     activations,
     attention,
+    attention_views,
     binary_math,
     contraction,
     conv,
