@@ -612,6 +612,38 @@ def layer_norm_backward(g, x, rstd, weight, needs):
     return gh, gw, gb
 
 
+def add_layer_norm_forward(x, r, weight, bias, eps):
+    """(s, y, rstd) of x (rows, n) and a residual r (rows, n), or a (k, n) r that repeats
+    down the rows (rows a multiple of k: a (T, C) table added to every (T, C) block of a
+    (B * T, C) x), weight and bias (n,) or None:
+
+        s = x + r (the residual stream, in x's dtype, as an add would give it),
+        y, rstd = layer_norm_forward(s, weight, bias, eps).
+
+    The residual add and the norm after it, read once: s is what the layer_norm would
+    have taken, so the op saves s and rstd, as layer_norm saves its input and rstd."""
+    if r.shape[0] != x.shape[0]:  # the repeating table: add it block by block (a view)
+        s = (x.reshape(-1, r.shape[0], x.shape[1]) + r).reshape(x.shape)
+    else:
+        s = x + r
+    y, rstd = layer_norm_forward(s, weight, bias, eps)
+    return s, y, rstd
+
+
+def add_layer_norm_backward(g, s, rstd, weight, gs, needs):
+    """(gx, gw, gb) of add_layer_norm for g (rows, n), the gradient of y, and gs, the
+    gradient of s (or None when s got none), each None where `needs` (for the inputs,
+    weight, bias) is false:
+
+        gx = gs + layer_norm_backward(g, s, rstd, weight)'s gx,
+
+    the one gradient of both x and r (s = x + r), summed into layer_norm's gx buffer."""
+    gx, gw, gb = layer_norm_backward(g, s, rstd, weight, needs)
+    if gx is not None and gs is not None:
+        gx += gs
+    return gx, gw, gb
+
+
 @_float16_in_float32()
 def rms_norm_forward(x, weight, eps):
     """(y, rstd) of x (rows, n), weight (n,) or None:

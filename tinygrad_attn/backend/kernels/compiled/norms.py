@@ -146,6 +146,86 @@ def layer_norm_backward(g, x, rstd, weight, needs):
 
 
 @njit(**_ROW_SUMS)
+def _add_layer_norm_fwd(x, r, w, b, eps, s, y, rstd):
+    rows, n = x.shape
+    k = r.shape[0]  # rows of r: all of them, or a table repeating down the rows
+    for i in prange(rows):
+        xr, rr, sr = x[i], r[i % k], s[i]
+        for j in range(n):
+            sr[j] = xr[j] + rr[j]
+        mean, var = _row_stats(sr)  # from the row just written, still in cache
+        rs = in_dtype_of(x, 1.0 / math.sqrt(var + eps))
+        m = in_dtype_of(x, mean)
+        for j in range(n):
+            h = (sr[j] - m) * rs
+            if w is not None:
+                h = h * w[j]
+            if b is not None:
+                h = h + b[j]
+            y[i, j] = h
+        rstd[i, 0] = rs
+
+
+def add_layer_norm_forward(x, r, weight, bias, eps):
+    """(s, y, rstd): one parallel pass over the rows, each row's sum written and then
+    normalized from cache, with layer_norm_forward's arithmetic on s (the same bits)."""
+    rows, n = x.shape
+    if n == 0 or r.ndim != 2 or r.shape[1] != n or r.shape[0] == 0 or rows % r.shape[0]:
+        return NotImplemented
+    s, y, rstd = np.empty_like(x), np.empty_like(x), np.empty((rows, 1), x.dtype)
+    _add_layer_norm_fwd(x, r, weight, bias, eps, s, y, rstd)
+    return s, y, rstd
+
+
+@njit(**_ROW_SUMS)
+def _add_layer_norm_bwd(g, x, rstd, w, gs, gx, acc, part, nx, sums, chunks):
+    rows, n = g.shape
+    for c in prange(chunks):
+        lo, hi = c * rows // chunks, (c + 1) * rows // chunks
+        aw, ab = acc[c, 0], acc[c, 1]
+        for r in range(lo, hi):
+            gr, xr, rs = g[r], x[r], rstd[r, 0]
+            m = in_dtype_of(g, _row_stats(xr)[0])  # the forward's mean, to the bit
+            s1 = in_dtype_of(g, 0.0)
+            s2 = in_dtype_of(g, 0.0)
+            if sums:
+                for j in range(n):
+                    h = (xr[j] - m) * rs
+                    aw[j] += gr[j] * h
+                    ab[j] += gr[j]
+                    gh = gr[j] * w[j] if w is not None else gr[j]
+                    s1 += gh
+                    s2 += gh * h
+                _flush_partial(aw, part[c, 0], r, lo, hi)
+                _flush_partial(ab, part[c, 1], r, lo, hi)
+            else:
+                for j in range(n):
+                    gh = gr[j] * w[j] if w is not None else gr[j]
+                    s1 += gh
+                    s2 += gh * ((xr[j] - m) * rs)
+            if nx:
+                m1, m2 = s1 / in_dtype_of(g, n), s2 / in_dtype_of(g, n)
+                for j in range(n):
+                    gh = gr[j] * w[j] if w is not None else gr[j]
+                    d = (gh - m1 - ((xr[j] - m) * rs) * m2) * rs
+                    gx[r, j] = d + gs[r, j] if gs is not None else d
+
+
+def add_layer_norm_backward(g, s, rstd, weight, gs, needs):
+    """(gx, gw, gb): layer_norm_backward's one pass over chunks of rows, with the gradient
+    of s added to each row of gx as it is written (no second pass, no gx-sized temporary)."""
+    rows, n = g.shape
+    nx, nw, nb = (bool(v) for v in needs)
+    if s.shape != g.shape or (gs is not None and gs.shape != g.shape):
+        return NotImplemented
+    chunks, acc, part = _weight_partials(rows, 2, n, g.dtype)
+    gx = np.empty_like(g) if nx else np.empty((0, n), g.dtype)
+    _add_layer_norm_bwd(g, s, rstd, weight, gs, gx, acc, part, nx, nw or nb, chunks)
+    total = part.sum(axis=0).astype(g.dtype)
+    return gx if nx else None, total[0] if nw else None, total[1] if nb else None
+
+
+@njit(**_ROW_SUMS)
 def _rms_norm_fwd(x, w, eps, y, rstd):
     rows, n = x.shape
     for r in prange(rows):
