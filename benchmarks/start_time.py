@@ -73,7 +73,7 @@ for _ in range(STEPS):
 wait = getattr(kernels, "wait_compiled", None)
 done = wait(600) and time.perf_counter() - start if wait else None
 compiled = sorted({k for (k, path), n in kernels.calls.items() if path == "numba" and n})
-failed = sorted(str(k[0]) for k in getattr(kernels, "_bg", {}).get("failed", {}))
+failed = sorted(str(k[0]) for k in kernels.background._bg.get("failed", {}))
 print(json.dumps({"import": t1 - t0, "first": steps[0], "second": steps[1],
                   "first_n": sum(steps), "last": steps[-1], "steps": steps,
                   "first_cpu": cpu[0], "second_cpu": cpu[1], "compiled_at": done,
@@ -93,6 +93,7 @@ import nn
 import tinygrad_attn as ta
 import numpy as np
 from tinygrad_attn.backend import kernels
+from tinygrad_attn.backend.kernels import background
 kernels.set_kernels("numpy")
 """ + MODEL + """def step():
     s = time.perf_counter()
@@ -114,23 +115,23 @@ for ro, dt, shape in [(r, d, s) for s in ((4, 8), (2, 4, 8)) for r in (False, Tr
                        ("cross_entropy_forward", (x, t, -100)),
                        ("bias_gelu_forward", (x, w, "none")),
                        ("rms_norm_forward", (x, w, 1e-5))]:
-        kernels._ready(name, args, {})
-queued = len(kernels._bg["queue"])
+        background.first_call(background.key(name, args, {}), name, args, {})
+queued = len(background._bg["queue"])
 rows = []
 for cycle in range(CYCLES):
     labels = ["held", "5 ms", "0.5 ms", "0.1 ms"]
     for label in labels[cycle % 4:] + labels[:cycle % 4]:  # each order in turn
-        before = len(kernels._bg["ready"])
+        before = len(background._bg["ready"])
         if label == "held":
             with kernels._state["launch"]:
-                before = len(kernels._bg["ready"])
+                before = len(background._bg["ready"])
                 t = step()
         else:
             sys.setswitchinterval(float(label.split()[0]) / 1000)
             t = step()
             sys.setswitchinterval(0.005)
-        rows.append((label, t, len(kernels._bg["ready"]) - before))
-left = len(kernels._bg["queue"])
+        rows.append((label, t, len(background._bg["ready"]) - before))
+left = len(background._bg["queue"])
 print(json.dumps({"rows": rows, "queued": queued, "left": left}))
 """
 

@@ -1,4 +1,4 @@
-"""Compiling in the background (backend/kernels/__init__.py, docs/kernels.md): in "auto"
+"""Compiling in the background (backend/kernels/background.py, docs/kernels.md): in "auto"
 mode a kernel runs compiled only once the background compiler has made it ready for the
 call's argument types (compiled in the worker process, loaded here), and the reference runs
 until then; "numba" mode still compiles in the caller's thread. The stand-ins, their JSON
@@ -21,6 +21,7 @@ import pytest
 
 import tinygrad_attn as ta
 from tinygrad_attn.backend import kernels
+from tinygrad_attn.backend.kernels import background
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 posix = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -46,9 +47,9 @@ def auto_warm(monkeypatch):
     kernels.wait_compiled(300)
     before = kernels.get_kernels()
     kernels.set_kernels("auto")
-    monkeypatch.setitem(kernels._bg, "ready", set())
-    monkeypatch.setitem(kernels._bg, "missed", set())
-    monkeypatch.setitem(kernels._bg, "failed", {})
+    monkeypatch.setitem(background._bg, "ready", set())
+    monkeypatch.setitem(background._bg, "missed", set())
+    monkeypatch.setitem(background._bg, "failed", {})
     yield
     assert kernels.wait_compiled(300)
     kernels.set_kernels(before)
@@ -69,7 +70,7 @@ def _counts(name):
 
 # ----------------------------------------------------------------------------- signatures
 def test_signature_tells_apart_what_numba_types_apart():
-    sig = kernels._signature
+    sig = background._signature
     a = np.zeros((4, 6), np.float32)
     ro = a.copy()
     ro.setflags(write=False)
@@ -92,7 +93,7 @@ def test_stand_in_has_the_signature_and_is_tiny(make):
         if not writeable:
             real = real.view()
             real.setflags(write=False)
-        stand = kernels._stand_in(kernels._spec(real))
+        stand = background._stand_in(background._spec(real))
         # same numba type: dtype, ndim, layout C / F / A, read-only; C and F both mean C
         flags = (real.dtype, real.ndim, real.flags.c_contiguous,
                  real.flags.f_contiguous and not real.flags.c_contiguous, real.flags.writeable)
@@ -106,9 +107,9 @@ def test_stand_in_has_the_signature_and_is_tiny(make):
 
 def test_spec_keeps_no_array_and_maps_lists():
     a = np.zeros(3)
-    spec = kernels._spec(([a, a], (a, 0.5), None, "none"))
+    spec = background._spec(([a, a], (a, 0.5), None, "none"))
     flat = [spec[0][0], spec[0][1], spec[1][0]]
-    assert all(isinstance(s, kernels._ArraySpec) for s in flat)
+    assert all(isinstance(s, background._ArraySpec) for s in flat)
     assert spec[1][1] == 0.5 and spec[2] is None and spec[3] == "none"
     assert isinstance(spec[0], list) and isinstance(spec[1], tuple)
 
@@ -123,7 +124,7 @@ def test_first_call_runs_the_reference_then_the_compiled_kernel(auto):
     assert kernels.wait_compiled(300)
     np.testing.assert_allclose(kernels.softmax_forward(x), y, rtol=1e-6, atol=1e-9)
     assert _counts("softmax_forward") == (before[0] + 1, before[1] + 1)
-    assert kernels._bg["failed"] == {}
+    assert background._bg["failed"] == {}
 
 
 def test_the_ready_key_tells_dtypes_apart(auto):
@@ -156,7 +157,7 @@ def test_adamw_update_many_compiles_in_the_background(auto):
     assert kernels.wait_compiled(300)
     kernels.adamw_update_many(*zip(*quads), *hyper)
     assert _counts("adamw_update_many") == (before[0] + 1, before[1] + 1)
-    assert kernels._bg["failed"] == {}
+    assert background._bg["failed"] == {}
 
 
 def test_auto_runs_the_reference_while_the_compiler_compiles_here(auto, monkeypatch):
@@ -164,17 +165,17 @@ def test_auto_runs_the_reference_while_the_compiler_compiles_here(auto, monkeypa
     kernels.softmax_forward(x)
     assert kernels.wait_compiled(300)  # softmax float32 is ready
     _stop_the_worker()
-    monkeypatch.setitem(kernels._bg, "no_worker", "none: the compiler compiles here")
+    monkeypatch.setitem(background._bg, "no_worker", "none: the compiler compiles here")
     entered, release = threading.Event(), threading.Event()
-    stand_in = kernels._stand_in
+    stand_in = background._stand_in
 
     def slow_stand_in(spec):  # in the compiler thread, under the launch lock
-        if kernels._bg["compiling_here"]:
+        if background._bg["compiling_here"]:
             entered.set()
             release.wait(60)
         return stand_in(spec)
 
-    monkeypatch.setattr(kernels, "_stand_in", slow_stand_in)
+    monkeypatch.setattr(background, "_stand_in", slow_stand_in)
     kernels.gelu_forward(x)  # queues gelu: the compiler takes the lock and waits
     try:
         assert entered.wait(60)
@@ -195,14 +196,14 @@ def test_a_call_waits_for_the_compilers_load_from_the_cache(auto_warm, monkeypat
     x = _x()
     kernels.softmax_forward(x)  # ready (loaded or compiled) in this process
     entered, release = threading.Event(), threading.Event()
-    stand_in = kernels._stand_in
+    stand_in = background._stand_in
 
     def slow_stand_in(spec):  # the compiler's load, under the launch lock
         entered.set()
         release.wait(60)
         return stand_in(spec)
 
-    monkeypatch.setattr(kernels, "_stand_in", slow_stand_in)
+    monkeypatch.setattr(background, "_stand_in", slow_stand_in)
     with kernels.compiler_paused():
         kernels.gelu_forward(x)  # queued; the compiler loads it once the pause ends
     try:
@@ -229,7 +230,7 @@ def test_a_stand_in_that_fails_leaves_the_call_to_its_thread(auto, monkeypatch):
     x = _x()
     kernels.softmax_forward(x)
     assert kernels.wait_compiled(300)
-    assert list(kernels._bg["failed"].values()) == ["declined"]
+    assert list(background._bg["failed"].values()) == ["declined"]
     np.testing.assert_allclose(kernels.softmax_forward(x),
                                kernels.reference.softmax_forward(x) + 1, rtol=1e-6)
 
@@ -242,7 +243,7 @@ def test_stand_ins_move_neither_the_rng_nor_the_ledger(auto):
     kernels.dropout_forward(x, u, 0.1)
     kernels.layer_norm_forward(x, None, None, 1e-5)
     assert kernels.wait_compiled(300)
-    assert kernels._bg["failed"] == {}
+    assert background._bg["failed"] == {}
     assert ta.get_rng_state() == state
     assert (ta.memory.live_bytes(), ta.memory.max_live_bytes()) == (live, peak)
 
@@ -261,14 +262,14 @@ def test_compiler_paused_holds_the_loading_back(auto):
 
 
 def test_a_raw_memory_profile_pauses_the_compiler(auto):
-    assert kernels._bg["paused"] == 0
+    assert background._bg["paused"] == 0
     with ta.memory.profile(raw=True):
-        assert kernels._bg["paused"] == 1 and tracemalloc.is_tracing()
+        assert background._bg["paused"] == 1 and tracemalloc.is_tracing()
         kernels.softmax_forward(_x())  # the reference, queued
         assert not kernels.wait_compiled(0.5)
-    assert kernels._bg["paused"] == 0
+    assert background._bg["paused"] == 0
     with ta.memory.profile():  # not raw: nothing traced, nothing paused
-        assert kernels._bg["paused"] == 0
+        assert background._bg["paused"] == 0
     assert kernels.wait_compiled(300)
 
 
@@ -276,11 +277,11 @@ def test_a_cached_kernel_runs_compiled_from_its_first_call(auto_warm):
     x = _x()
     kernels.softmax_forward(x)  # whatever an earlier test left: compiled and cached now
     assert kernels.wait_compiled(300)
-    kernels._bg["ready"].clear()
+    background._bg["ready"].clear()
     before = _counts("softmax_forward")
     got = kernels.softmax_forward(x)
     assert _counts("softmax_forward") == (before[0], before[1] + 1)
-    assert not kernels._bg["queue"] and not kernels._bg["missed"]
+    assert not background._bg["queue"] and not background._bg["missed"]
     np.testing.assert_allclose(got, kernels.reference.softmax_forward(x), rtol=1e-6,
                                atol=1e-9)
 
@@ -289,7 +290,7 @@ def test_under_a_pause_a_cached_kernel_waits_then_runs_compiled(auto_warm):
     x = _x()
     kernels.softmax_forward(x)
     assert kernels.wait_compiled(300)
-    kernels._bg["ready"].clear()
+    background._bg["ready"].clear()
     before = _counts("softmax_forward")
     with kernels.compiler_paused():  # a raw profile: nothing loads, the reference runs
         kernels.softmax_forward(x)
@@ -322,14 +323,14 @@ def test_a_cache_miss_is_looked_for_once_per_key(auto_warm, monkeypatch):
 
 def test_a_worker_that_hangs_is_killed_and_the_thread_compiles(auto, monkeypatch):
     _stop_the_worker()
-    monkeypatch.setitem(kernels._bg, "no_worker", None)
-    monkeypatch.setattr(kernels, "_WORKER", "import time; time.sleep(120)")
-    monkeypatch.setattr(kernels, "WORKER_TIMEOUT_S", 0.5)
+    monkeypatch.setitem(background._bg, "no_worker", None)
+    monkeypatch.setattr(background, "_WORKER", "import time; time.sleep(120)")
+    monkeypatch.setattr(background, "WORKER_TIMEOUT_S", 0.5)
     x = _x()
     kernels.softmax_forward(x)
     assert kernels.wait_compiled(300)
-    assert kernels._bg["no_worker"] == "the worker process did not answer in 0.5 s"
-    assert kernels._bg["worker"] is None
+    assert background._bg["no_worker"] == "the worker process did not answer in 0.5 s"
+    assert background._bg["worker"] is None
     before = _counts("softmax_forward")
     kernels.softmax_forward(x)
     assert _counts("softmax_forward") == (before[0], before[1] + 1)
@@ -353,7 +354,7 @@ def test_a_numba_that_does_not_import_leaves_auto_on_the_reference(auto_warm, mo
         kernels.softmax_forward(x)
         kernels.gelu_forward(x)
     assert _counts("softmax_forward") == (before[0] + 2, before[1])
-    assert not kernels._bg["queue"]
+    assert not background._bg["queue"]
     kernels.set_kernels("numba")
     with pytest.raises(ImportError, match="older NumPy"):
         kernels.softmax_forward(x)
@@ -364,57 +365,57 @@ def test_encode_round_trips_a_queued_call():
     ro.setflags(write=False)
     call = ((ro, np.ones(5, np.int64).T, (np.zeros((2, 3), bool).T, [1.5, None]), True, 3,
              "tanh", np.float32(0.5)), {"eps": 1e-5})
-    spec = kernels._spec(call)
-    wire = kernels._encode(spec)
+    spec = background._spec(call)
+    wire = background._encode(spec)
     import json
 
-    back = kernels._decode(json.loads(json.dumps(wire)))
+    back = background._decode(json.loads(json.dumps(wire)))
     assert back == spec
     assert type(back[0][6]) is np.float32 and type(back[0][2]) is tuple
-    assert isinstance(back[0][0], kernels._ArraySpec)
+    assert isinstance(back[0][0], background._ArraySpec)
     with pytest.raises(TypeError, match="kernel compiler"):
-        kernels._encode(object())
+        background._encode(object())
 
 
 def _stop_the_worker():
-    with kernels._bg["cond"]:
-        kernels._stop_worker()
+    with background._bg["cond"]:
+        background._stop_worker()
 
 
 def test_without_a_worker_the_thread_compiles(auto, monkeypatch):
     _stop_the_worker()
-    monkeypatch.setitem(kernels._bg, "no_worker", "none, for this test")
+    monkeypatch.setitem(background._bg, "no_worker", "none, for this test")
     x = _x()
     before = _counts("softmax_forward")
     kernels.softmax_forward(x)
-    assert kernels.wait_compiled(300) and kernels._bg["worker"] is None
+    assert kernels.wait_compiled(300) and background._bg["worker"] is None
     kernels.softmax_forward(x)
     assert _counts("softmax_forward") == (before[0] + 1, before[1] + 1)
-    assert kernels._bg["failed"] == {}
+    assert background._bg["failed"] == {}
 
 
 def test_a_worker_that_dies_leaves_the_compiling_to_the_thread(auto, monkeypatch):
     _stop_the_worker()
-    monkeypatch.setitem(kernels._bg, "no_worker", None)
-    monkeypatch.setattr(kernels, "_WORKER", "import sys; sys.exit(3)")
+    monkeypatch.setitem(background._bg, "no_worker", None)
+    monkeypatch.setattr(background, "_WORKER", "import sys; sys.exit(3)")
     x = _x()
     kernels.softmax_forward(x)
     assert kernels.wait_compiled(300)
-    assert kernels._bg["no_worker"] == "the worker process ended (exit code 3)"
+    assert background._bg["no_worker"] == "the worker process ended (exit code 3)"
     before = _counts("softmax_forward")
     kernels.softmax_forward(x)
     assert _counts("softmax_forward") == (before[0], before[1] + 1)
-    assert kernels._bg["failed"] == {}
+    assert background._bg["failed"] == {}
 
 
 def test_numba_mode_stays_synchronous(numba_mode, monkeypatch):
-    monkeypatch.setitem(kernels._bg, "ready", set())
+    monkeypatch.setitem(background._bg, "ready", set())
     x = _x()
     x.setflags(write=False)  # a read-only float32: a type of its own for numba
     before = _counts("softmax_forward")
     kernels.softmax_forward(x)
     assert _counts("softmax_forward") == (before[0], before[1] + 1)
-    assert not kernels._bg["queue"]
+    assert not background._bg["queue"]
 
 
 def test_threads_calling_kernels_while_the_compiler_runs(auto):
@@ -502,11 +503,12 @@ def test_cold_cache_in_a_fresh_process(tmp_path):
     code = textwrap.dedent("""
         import numpy as np
         from tinygrad_attn.backend import kernels
+        from tinygrad_attn.backend.kernels import background
         x = np.linspace(-3, 3, 64 * 1024, dtype=np.float32).reshape(64, 1024)
         y = kernels.softmax_forward(x)
         assert np.array_equal(y, kernels.reference.softmax_forward(x))
         assert dict(kernels.calls) == {("softmax_forward", "numpy"): 1}, kernels.calls
-        assert kernels.wait_compiled(300) and kernels._bg["failed"] == {}
+        assert kernels.wait_compiled(300) and background._bg["failed"] == {}
         np.testing.assert_allclose(kernels.softmax_forward(x), y, rtol=1e-6, atol=1e-9)
         assert kernels.calls["softmax_forward", "numba"] == 1
         rows = kernels._load_compiled().softmax._softmax_rows  # compiled by the worker,
@@ -524,10 +526,11 @@ def test_cold_cache_in_a_fresh_process(tmp_path):
     warm = textwrap.dedent("""
         import numpy as np
         from tinygrad_attn.backend import kernels
+        from tinygrad_attn.backend.kernels import background
         x = np.linspace(-3, 3, 64 * 1024, dtype=np.float32).reshape(64, 1024)
         y = kernels.softmax_forward(x)
         assert dict(kernels.calls) == {("softmax_forward", "numba"): 1}, kernels.calls
-        assert kernels._bg["thread"] is None and kernels._bg["worker"] is None
+        assert background._bg["thread"] is None and background._bg["worker"] is None
         np.testing.assert_allclose(y, kernels.reference.softmax_forward(x), rtol=1e-6,
                                    atol=1e-9)
         print("ok")
@@ -547,13 +550,13 @@ def test_openblas_spares_a_cpu_only_while_compiling(auto, monkeypatch):
     ta.set_num_threads(3)
     try:
         seen = []
-        stand_in = kernels._stand_in
+        stand_in = background._stand_in
 
         def spy(spec):  # in the compiler thread
-            seen.append((kernels._bg["spared"], threads.openblas_num_threads()))
+            seen.append((background._bg["spared"], threads.openblas_num_threads()))
             return stand_in(spec)
 
-        monkeypatch.setattr(kernels, "_stand_in", spy)
+        monkeypatch.setattr(background, "_stand_in", spy)
         kernels.softmax_forward(_x())
         assert kernels.wait_compiled(300)
         # the compiler's look in the cache spares nothing; its load after the worker's

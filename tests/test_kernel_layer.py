@@ -114,8 +114,8 @@ def test_without_numba_everything_runs_the_reference():
 
 def test_auto_threshold(twin, monkeypatch):
     kernels.set_kernels("auto")
-    monkeypatch.setitem(kernels._bg, "ready", set())
-    monkeypatch.setitem(kernels._bg, "missed", set())
+    monkeypatch.setitem(kernels.background._bg, "ready", set())
+    monkeypatch.setitem(kernels.background._bg, "missed", set())
     small = np.ones(kernels.AUTO_MIN_SIZE - 1, np.float32)
     big = np.ones(kernels.AUTO_MIN_SIZE, np.float32)
     np.testing.assert_array_equal(kernels.gelu_forward(small),
@@ -126,7 +126,7 @@ def test_auto_threshold(twin, monkeypatch):
     # compiling (as a kernel in numba's cache), so it runs at once, with nothing queued
     np.testing.assert_array_equal(kernels.gelu_forward(big),
                                   kernels.reference.gelu_forward(big) + 1)
-    assert twin == [big.shape] and not kernels._bg["queue"]
+    assert twin == [big.shape] and not kernels.background._bg["queue"]
     assert kernels.wait_compiled(60)
     kernels.gelu_forward(big)
     assert twin == [big.shape, big.shape]

@@ -333,7 +333,7 @@ def test_fork_does_not_wait_for_the_background_compiler():
     res = _run("""
         held, release = threading.Event(), threading.Event()
         def compiling():
-            with kernels._bg["compiling"]:
+            with kernels.background._bg["compiling"]:
                 held.set()
                 release.wait(60)
         t = threading.Thread(target=compiling)
