@@ -275,6 +275,8 @@ attention_block_dscores = _kernel("attention_block_dscores", 3)
 # ----------------------------------------------------------------------------- norms, loss
 layer_norm_forward = _kernel("layer_norm_forward", 3)
 layer_norm_backward = _kernel("layer_norm_backward", 4)
+add_layer_norm_forward = _kernel("add_layer_norm_forward", 4)
+add_layer_norm_backward = _kernel("add_layer_norm_backward", 5)  # gs may be None
 rms_norm_forward = _kernel("rms_norm_forward", 2)
 rms_norm_backward = _kernel("rms_norm_backward", 4)
 cross_entropy_forward = _kernel("cross_entropy_forward", 1)
