@@ -52,6 +52,8 @@ from .attention import (  # noqa: F401
     attention_block_probs,
 )
 from .norms import (  # noqa: F401
+    add_layer_norm_backward,
+    add_layer_norm_forward,
     cross_entropy_backward,
     cross_entropy_forward,
     layer_norm_backward,
