@@ -193,6 +193,10 @@ EXTRA = {
     "scaled_dot_product_attention": [Case(_sdpa, (z(1, 2, 0, 4), z(1, 2, 0, 4),
                                                   z(1, 2, 0, 4)))],
     "apply_rotary_emb": [Case(_rope, (z(2, 0, 4),))],
+    "causal_attention": [Case(lambda lib, q, k, v: (
+        F(lib).causal_attention(q, k, v) if lib is ta
+        else F(lib).scaled_dot_product_attention(q, k, v, is_causal=True)),
+        (z(1, 2, 0, 4), z(1, 2, 0, 4), z(1, 2, 0, 4)))],
     "checkpoint": [Case(_checkpoint_of, (z(0, 3),))],
     "bitwise_left_shift": [Case(lambda lib, a, b: lib.bitwise_left_shift(a, b),
                                 (z(0, 3, dtype=I64), ints(3)))],
