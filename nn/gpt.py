@@ -99,8 +99,9 @@ class CausalSelfAttention(Module):
     "naive"  the direct port of the motivating story: three slices of qkv, heads made
              with permute + contiguous() copies (as Julia's permutedims), an explicit
              additive -inf mask tensor, softmax, batched matmul, permute + copy back.
-    "views"  the idiom: one split, view + transpose views fed to the matmuls, a masked
-             softmax; the only copy is the contiguous() that merges the heads.
+    "views"  the idiom: one split, view + transpose views fed to F.causal_attention (one
+             node: scores, mask, softmax, dropout, @ v, over the causal tiles only, keeping
+             the T x T probabilities); the only copy is the contiguous() that merges the heads.
     "flash"  F.scaled_dot_product_attention: one blocked op that never forms the T x T
              matrix and saves only q, k, v, the output and a logsumexp per row.
     All three compute the same function, with the same parameters.
@@ -186,12 +187,12 @@ class CausalSelfAttention(Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                                block_size=self.attn_block_size)
         else:
-            # causal self-attention: (B, nh, T, hs) x (B, nh, hs, T) -> (B, nh, T, T);
-            # scale, mask and softmax in one op: one (T, T) array, where the three steps
-            # (att * scale, masked_fill, softmax) make three
-            att = F.masked_softmax(q @ k.mT, self.mask[:, :, :T, :T], scale=1.0 / math.sqrt(hs))
-            att = self.attn_dropout(att)
-            y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+            # causal self-attention in one node: att = softmax(q @ k^T / sqrt(hs)) (B, nh,
+            # T, T) with the future masked, dropout, then y = att @ v (B, nh, T, hs). It keeps
+            # att for backward (the softmax's output, as the four ops it replaces did), and
+            # multiplies only the blocks of scores that the causal mask keeps
+            y = F.causal_attention(q, k, v, scale=1.0 / math.sqrt(hs),
+                                   dropout_p=self.attn_dropout.p, training=self.training)
         return y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
 
     def _grouped(self, x):
@@ -216,10 +217,9 @@ class CausalSelfAttention(Module):
             # size-1 group dim that the matmuls broadcast (a stride-0 view, never a copy)
             q = q.view(B, nkv, g, T, hs)  # (B, nkv, g, T, hs)
             k, v = k.unsqueeze(2), v.unsqueeze(2)  # (B, nkv, 1, T, hs)
-            att = F.masked_softmax(q @ k.mT, self.mask[:, :, :T, :T],  # (B, nkv, g, T, T)
-                                   scale=1.0 / math.sqrt(hs))
-            att = self.attn_dropout(att)
-            y = (att @ v).view(B, nh, T, hs)  # (B, nkv, g, T, hs) -> (B, nh, T, hs)
+            y = F.causal_attention(q, k, v, scale=1.0 / math.sqrt(hs),  # (B, nkv, g, T, hs)
+                                   dropout_p=self.attn_dropout.p, training=self.training)
+            y = y.view(B, nh, T, hs)
         return y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
 
     def _naive(self, x):
