@@ -388,14 +388,15 @@ def test_storages_carry_the_qualified_module_name():
     model = nn.GPT(tiny_config())
     attn = model.transformer.h[0].attn
     record = {}
-    spy_on(attn.attn_dropout, record)
+    spy_on(attn.c_proj, record)
     idx = ta.randint(0, 11, (2, 6))
     _, loss = model(idx, idx)
-    # the attention probabilities are made by softmax inside attn's forward
+    # the merged heads c_proj takes are made inside attn's forward
     assert record["input"] == "transformer.h.0.attn"
-    assert record["probe"] == "transformer.h.0.attn.attn_dropout"
+    assert record["probe"] == "transformer.h.0.attn.c_proj"
     loss.backward()
-    assert record["grad"] == "transformer.h.0.attn"  # backward runs under the node's scope
+    # backward runs under the node's scope: c_proj's own node makes its input's gradient
+    assert record["grad"] == "transformer.h.0.attn.c_proj"
     logits, _ = model(idx)
     assert logits.untyped_storage().scope == "lm_head"
 
@@ -404,7 +405,7 @@ def test_scope_names_follow_the_root_of_the_call_and_the_tree():
     model = nn.GPT(tiny_config())
     block = model.transformer.h[1]
     record = {}
-    spy_on(block.attn.attn_dropout, record)
+    spy_on(block.attn.c_proj, record)
     block(ta.randn(1, 3, 8))  # called on its own, the block is the root
     assert record["input"] == "attn"
     idx = ta.randint(0, 11, (1, 3))
