@@ -43,10 +43,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+# The engine before NumPy and torch: importing it first is what lets it load NumPy's
+# OpenBLAS with OPENBLAS_THREAD_TIMEOUT=4 (backend/threads.py). Loaded the other way round,
+# OpenBLAS's worker spins about 0.1 s after each of our GEMMs, on a core the torch step
+# that follows wants (docs/performance.md measures what that did to this harness).
+_BLAS_TIMEOUT = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip() or None
+import tinygrad_attn as ta  # noqa: E402, I001 - before numpy: see above
 
-import nn
-import tinygrad_attn as ta
+import nn  # noqa: E402
+import numpy as np  # noqa: E402
 
 try:
     import torch
@@ -73,11 +78,14 @@ class Config:
 CONFIGS = {
     "tiny": Config("tiny", 32, 2, 4, 16, 4, 2),
     "small": Config("small", 128, 4, 4, 64, 32, 6),
+    # nanoGPT's CPU recipe (its README's shakespeare_char on a laptop): batch 12
+    "nanogpt-cpu": Config("nanogpt-cpu", 128, 4, 4, 64, 12, 10),
     "shakespeare-b8": Config("shakespeare-char", 384, 6, 6, 256, 8, 3),
     "shakespeare-b32": Config("shakespeare-char", 384, 6, 6, 256, 32, 3),
     "shakespeare-b64": Config("shakespeare-char", 384, 6, 6, 256, 64, 10),  # GPU-sized
 }
 ATTN = ("naive", "views", "flash")
+TORCH_MODELS = ("plain", "reference")
 
 
 # ----------------------------------------------------------------------------- torch side
@@ -129,16 +137,33 @@ def naive_attention_class(ref):
     return NaiveCausalSelfAttention
 
 
-def torch_twin(ref, cfg: Config, attn: str, ours):
-    """The reference GPT with `attn`'s twin, holding `ours`'s weights (safetensors, by name)."""
-    tcfg = ref.GPTConfig(block_size=cfg.block_size, vocab_size=cfg.vocab_size,
-                         n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
-                         dropout=0.0, bias=True, flash=attn == "flash")
-    model = ref.GPT(tcfg)
-    if attn == "naive":
-        naive = naive_attention_class(ref)
-        for block in model.transformer.h:
-            block.attn = naive(tcfg)
+def load_plain():
+    """benchmarks/torch_plain_step.py, the plain PyTorch GPT (imported by its path's folder,
+    which is on sys.path when this file runs as a script, not when it is imported)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import torch_plain_step
+
+    return torch_plain_step
+
+
+def torch_twin(ref, cfg: Config, attn: str, ours, kind: str = "plain"):
+    """The torch GPT with `attn`'s twin, holding `ours`'s weights (safetensors, by name):
+    kind "plain" is torch_plain_step.PlainGPT (the harness's default), "reference" the
+    tests' nanoGPT (tests/torch_nanogpt.py)."""
+    if kind == "plain":
+        model = load_plain().PlainGPT(cfg.vocab_size, cfg.block_size, cfg.n_layer,
+                                      cfg.n_head, cfg.n_embd, attn=attn)
+    else:
+        tcfg = ref.GPTConfig(block_size=cfg.block_size, vocab_size=cfg.vocab_size,
+                             n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
+                             dropout=0.0, bias=True, flash=attn == "flash")
+        model = ref.GPT(tcfg)
+        if attn == "naive":
+            naive = naive_attention_class(ref)
+            for block in model.transformer.h:
+                block.attn = naive(tcfg)
     try:
         import safetensors.torch
         with tempfile.TemporaryDirectory() as tmp:
@@ -277,14 +302,16 @@ def step_flops(cfg: Config, non_embedding_params: int) -> float:
 
 
 def run_config(ref, cfg: Config, attn: str, steps: int, peak: float, policy: str = "save",
-               device: str = "cpu") -> dict:
+               device: str = "cpu", kinds=("plain",)) -> list[dict]:
     """Ours under save policy `policy` for gelu and layer_norm ("save" keeps their outputs
-    as PyTorch does; "recompute" rebuilds them in backward), torch as it comes."""
+    as PyTorch does; "recompute" rebuilds them in backward), against each torch model of
+    `kinds` (torch_twin's): one row each."""
     with ta.memory.save_policies(gelu=policy, layer_norm=policy):
-        row = _run_config(ref, cfg, attn, steps, peak, device)
-    row["policy"] = policy
-    row["device"] = device
-    return row
+        rows = _run_config(ref, cfg, attn, steps, peak, device, kinds)
+    for row in rows:
+        row["policy"] = policy
+        row["device"] = device
+    return rows
 
 
 def synchronize(device: str) -> None:
@@ -294,16 +321,19 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: str) -> dict:
+def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: str,
+                kinds) -> list[dict]:
     ta.manual_seed(0)
     ours = nn.GPT(nn.GPTConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size,
                                n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
                                dropout=0.0, attn=attn))
-    theirs = torch_twin(ref, cfg, attn, ours).to(device)
+    twins = [torch_twin(ref, cfg, attn, ours, kind).to(device) for kind in kinds]
     ours = ours.to(device)
     hyper = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     opt = nn.optim.AdamW(ours.parameters(), **hyper)
-    topt = torch.optim.AdamW(theirs.parameters(), **hyper)
+    # torch's default AdamW on CPU (the for-loop one; fused and foreach measured no faster
+    # at these shapes: docs/performance.md)
+    topts = [torch.optim.AdamW(t.parameters(), **hyper) for t in twins]
 
     rng = np.random.default_rng(1)
     shape = (cfg.batch, cfg.block_size)
@@ -319,12 +349,15 @@ def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: st
         opt.zero_grad()
         return loss.item()
 
-    def torch_step() -> float:
-        _, loss = theirs(tidx, ttgt)
-        loss.backward()
-        topt.step()
-        topt.zero_grad(set_to_none=True)
-        return loss.item()
+    def torch_step(i: int):
+        def step() -> float:
+            _, loss = twins[i](tidx, ttgt)
+            loss.backward()
+            topts[i].step()
+            topts[i].zero_grad(set_to_none=True)
+            return loss.item()
+
+        return step
 
     def timed(fn):
         synchronize(device)
@@ -333,16 +366,19 @@ def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: st
         synchronize(device)
         return time.perf_counter() - t0, loss
 
-    # warm-up: step 1 of each, same weights, so the losses must agree
-    losses = [(ours_step(), torch_step())]
-    times = []
+    # warm-up: step 1 of each, same weights, so the losses must agree; then pairs (ours,
+    # twin), each twin's pair in turn, so every torch step follows one of ours. With one
+    # twin the two trajectories stay step for step; with more, ours runs ahead of each.
+    first = ours_step()
+    losses = [[(first, torch_step(i)())] for i in range(len(twins))]
+    times = [[] for _ in twins]
     for _ in range(steps):
-        (t_o, l_o), (t_t, l_t) = timed(ours_step), timed(torch_step)
-        times.append((t_o, t_t))
-        losses.append((l_o, l_t))
-    rel = [abs(a - b) / abs(b) for a, b in losses]
+        for i in range(len(twins)):
+            (t_o, l_o), (t_t, l_t) = timed(ours_step), timed(torch_step(i))
+            times[i].append((t_o, t_t))
+            losses[i].append((l_o, l_t))
 
-    # memory: one more step of each, measured (not timed)
+    # memory: one more step of ours, and of each twin, measured (not timed)
     with ta.memory.profile(raw=True, device=device) as prof:
         _, loss = ours(idx, tgt)
         ours_saved_walk = ta.memory.saved_bytes(loss)
@@ -351,25 +387,30 @@ def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: st
         opt.zero_grad()
     summ = prof.summary()
     ours_saved = summ["saved_peak"]["unique_bytes_without_parameters"]
-    t_saved = torch_saved_bytes(theirs, tidx, ttgt)
-    topt.step()
-    topt.zero_grad(set_to_none=True)
-    t_peak = torch_peak_bytes(torch_step) if device == "cpu" else torch_cuda_peak(torch_step)
-
-    t_ours = statistics.median(t for t, _ in times)
-    t_torch = statistics.median(t for _, t in times)
     flops = step_flops(cfg, ours.num_params(non_embedding=True))
-    return dict(
-        config=cfg.name, batch=cfg.batch, attn=attn, steps=steps,
-        ours_s=t_ours, torch_s=t_torch,
-        ratio=statistics.median(a / b for a, b in times),
-        ours_saved=ours_saved, ours_saved_walk=ours_saved_walk, torch_saved=t_saved,
-        ours_peak=summ["tensor_peak_above_start"], ours_raw_peak=summ["raw_peak_bytes"],
-        ours_reserved=summ["reserved_end_bytes"],
-        torch_peak=t_peak, flops=flops,
-        gemm_ours=flops / t_ours / 1e9 / peak, gemm_torch=flops / t_torch / 1e9 / peak,
-        rel_first=rel[0], rel_max=max(rel), losses=losses,
-    )
+    rows = []
+    for i, kind in enumerate(kinds):
+        t_saved = torch_saved_bytes(twins[i], tidx, ttgt)
+        topts[i].step()
+        topts[i].zero_grad(set_to_none=True)
+        t_peak = (torch_peak_bytes(torch_step(i)) if device == "cpu"
+                  else torch_cuda_peak(torch_step(i)))
+        t_ours = statistics.median(t for t, _ in times[i])
+        t_torch = statistics.median(t for _, t in times[i])
+        rel = [abs(a - b) / abs(b) for a, b in losses[i]]
+        rows.append(dict(
+            config=cfg.name, batch=cfg.batch, attn=attn, torch_model=kind, steps=steps,
+            ours_s=t_ours, torch_s=t_torch,
+            ratio=statistics.median(a / b for a, b in times[i]),
+            ours_saved=ours_saved, ours_saved_walk=ours_saved_walk, torch_saved=t_saved,
+            ours_peak=summ["tensor_peak_above_start"], ours_raw_peak=summ["raw_peak_bytes"],
+            ours_reserved=summ["reserved_end_bytes"],
+            torch_peak=t_peak, flops=flops,
+            gemm_ours=flops / t_ours / 1e9 / peak, gemm_torch=flops / t_torch / 1e9 / peak,
+            rel_first=rel[0], rel_max=max(rel) if len(twins) == 1 else rel[0],
+            losses=losses[i],
+        ))
+    return rows
 
 
 # ----------------------------------------------------------------------------- report
@@ -378,15 +419,15 @@ def mib(b) -> str:
 
 
 def table(rows) -> str:
-    head = ("| config | B | attn | ours policy | kernels | ours step s | torch step s | ratio "
-            "| ours saved MiB | torch saved MiB | ratio | ours peak MiB (tensor / raw) "
-            "| torch peak MiB | GEMM fraction ours / torch |")
-    lines = [head, "|" + "---|" * 14]
+    head = ("| config | B | attn | ours policy | kernels | torch model | ours step s "
+            "| torch step s | ratio | ours saved MiB | torch saved MiB | ratio "
+            "| ours peak MiB (tensor / raw) | torch peak MiB | GEMM fraction ours / torch |")
+    lines = [head, "|" + "---|" * 15]
     for r in rows:
         saved_ratio = r["ours_saved"] / r["torch_saved"] if r["torch_saved"] else float("nan")
         lines.append(
             f"| {r['config']} | {r['batch']} | {r['attn']} | {r['policy']} "
-            f"| {r.get('kernels', '-')} | {r['ours_s']:.3f} "
+            f"| {r.get('kernels', '-')} | {r['torch_model']} | {r['ours_s']:.3f} "
             f"| {r['torch_s']:.3f} | {r['ratio']:.2f} | {mib(r['ours_saved'])} "
             f"| {mib(r['torch_saved'])} | {saved_ratio:.2f} "
             f"| {mib(r['ours_peak'])} / {mib(r['ours_raw_peak'])} | {mib(r['torch_peak'])} "
@@ -462,6 +503,10 @@ def parse(argv):
                    help="comma-separated save policies for ours (gelu and layer_norm): "
                         "save (as PyTorch), recompute (rebuild their outputs in backward)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (both engines on it)")
+    p.add_argument("--torch-model", default="plain",
+                   help="comma-separated torch twins, from plain (benchmarks/"
+                        "torch_plain_step.py), reference (tests/torch_nanogpt.py); with "
+                        "both, each torch step still follows one of ours")
     p.add_argument("--host-cache", choices=("on", "off"), default="on",
                    help="keep freed host memory in the process (ta.memory."
                         "keep_freed_host_memory; process-wide, so torch runs under it too)")
@@ -488,8 +533,35 @@ def parse(argv):
             p.error(f"unknown policy {pol!r}; choose from save, recompute")
     if args.device not in ("cpu", "cuda"):
         p.error(f"unknown device {args.device!r}; choose cpu or cuda")
+    kinds = [k.strip() for k in args.torch_model.split(",") if k.strip()]
+    for k in kinds:
+        if k not in TORCH_MODELS:
+            p.error(f"unknown torch model {k!r}; choose from {', '.join(TORCH_MODELS)}")
     args.names, args.attns, args.policies, args.paths = names, attns, policies, paths
+    args.torch_models = kinds
     return args
+
+
+def _report_row(name: str, r: dict, wall: float) -> list[str]:
+    """Print one row's line (and any warning, returned) as soon as it is measured."""
+    attn, policy, kern, kind = r["attn"], r["policy"], r["kernels"], r["torch_model"]
+    print(f"{name:16s} {attn:5s} {policy:9s} {kern:5s} vs {kind:9s}: ours {r['ours_s']:.3f} s, "
+          f"torch {r['torch_s']:.3f} s, ratio {r['ratio']:.2f}; step-1 loss rel diff "
+          f"{r['rel_first']:.1e} (max over steps {r['rel_max']:.1e}); {wall:.0f} s wall",
+          flush=True)
+    warnings = []
+    if r["rel_first"] > TOLERANCE:
+        w = (f"WARNING: {name} {attn}: step-1 losses differ by {r['rel_first']:.2e} "
+             f"relative (> {TOLERANCE:g}): ours {r['losses'][0][0]:.7f}, torch "
+             f"{r['losses'][0][1]:.7f}")
+        warnings.append(w)
+        print(w, flush=True)
+    if r["ours_saved"] != r["ours_saved_walk"]:
+        print(f"note: {name} {attn}: ledger saved peak {mib(r['ours_saved'])} MiB, "
+              f"ta.memory.saved_bytes(loss) after forward "
+              f"{mib(r['ours_saved_walk'])} MiB", flush=True)
+    del r["losses"]
+    return warnings
 
 
 def run_rows(ref, args, peak: float, device: str):
@@ -502,25 +574,11 @@ def run_rows(ref, args, peak: float, device: str):
                                    for k in args.paths]:
             t0 = time.perf_counter()
             ta.backend.set_kernels(kern)
-            r = run_config(ref, cfg, attn, steps, peak, policy, device)
-            r["kernels"] = kern
-            rows.append(r)
-            line = (f"{name:16s} {attn:5s} {policy:9s} {kern:5s}: ours {r['ours_s']:.3f} s, "
-                    f"torch {r['torch_s']:.3f} s, ratio {r['ratio']:.2f}; step-1 loss rel diff "
-                    f"{r['rel_first']:.1e} (max over steps {r['rel_max']:.1e}); "
-                    f"{time.perf_counter() - t0:.0f} s wall")
-            print(line, flush=True)
-            if r["rel_first"] > TOLERANCE:
-                w = (f"WARNING: {name} {attn}: step-1 losses differ by {r['rel_first']:.2e} "
-                     f"relative (> {TOLERANCE:g}): ours {r['losses'][0][0]:.7f}, torch "
-                     f"{r['losses'][0][1]:.7f}")
-                warnings.append(w)
-                print(w, flush=True)
-            if r["ours_saved"] != r["ours_saved_walk"]:
-                print(f"note: {name} {attn}: ledger saved peak {mib(r['ours_saved'])} MiB, "
-                      f"ta.memory.saved_bytes(loss) after forward "
-                      f"{mib(r['ours_saved_walk'])} MiB", flush=True)
-            del r["losses"]
+            for r in run_config(ref, cfg, attn, steps, peak, policy, device,
+                                args.torch_models):
+                r["kernels"] = kern
+                rows.append(r)
+                warnings += _report_row(name, r, time.perf_counter() - t0)
             gc.collect()
     return rows, warnings
 
