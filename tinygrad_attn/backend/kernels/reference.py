@@ -195,6 +195,38 @@ def masked_softmax_backward(y, g, scale, bool_mask):
     return gx
 
 
+# One block of query rows of a causal attention's (..., T, T) probabilities P
+# (ops/attention_views.py): s holds the block's scores (..., bq, i1) against keys [0, i1),
+# the block's rows being queries [i0, i1), i0 = i1 - bq; query i keeps keys [0, i].
+
+
+def causal_softmax_block(s, P, scale) -> None:
+    """P[..., i0:i1, :] = softmax(s * scale) over each query's keys [0, i], zeros after
+    them (the future, up to T): the block's rows of P written once. s is left as it was."""
+    xp = _array_module(s)
+    bq, i1 = s.shape[-2:]
+    i0 = i1 - bq
+    z = s * s.dtype.type(scale)
+    xp.copyto(z, -np.inf, where=xp.triu(xp.ones((bq, i1), dtype=bool), i0 + 1))
+    if z.size:
+        _softmax_inplace(z)
+    P[..., i0:i1, :i1] = z
+    P[..., i0:i1, i1:] = 0
+
+
+def causal_softmax_block_backward(dp, P, scale) -> None:
+    """The block's scores' gradient written over dp (..., bq, i1), dp = d(loss)/d(P)'s
+    block: dp = scale * p * (dp - rowsum(p * dp)), p = P[..., i0:i1, :i1] (zero in each
+    row's future, so those entries become 0)."""
+    xp = _array_module(dp)
+    bq, i1 = dp.shape[-2:]
+    p = P[..., i1 - bq:i1, :i1]
+    dp -= xp.sum(dp * p, axis=-1, keepdims=True)
+    dp *= p
+    if scale != 1:
+        dp *= dp.dtype.type(scale)
+
+
 # ----------------------------------------------------------------------------- attention
 # The blocked attention's element-wise steps between its GEMMs (ops/attention.py), on one
 # tile of scores at a time: s = q_blk k_blk^T of shape (..., bq, bk), written over in place.
