@@ -63,6 +63,8 @@ from .norms import (  # noqa: F401
 )
 from .optim import adamw_update, adamw_update_many  # noqa: F401
 from .softmax import (  # noqa: F401
+    causal_softmax_block,
+    causal_softmax_block_backward,
     log_softmax_backward,
     log_softmax_forward,
     masked_softmax_backward,

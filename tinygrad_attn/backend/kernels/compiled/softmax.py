@@ -258,3 +258,77 @@ def masked_softmax_backward(y, g, scale, bool_mask):
         _softmax_backward_rows(_as_rows(y), _as_rows(g), _as_rows(gx), y.dtype.type(scale),
                                bool(bool_mask))
     return gx
+
+
+# One block of query rows of a causal attention's probabilities (reference.py has the
+# formulas): rows of s (n, bq, i1) are queries i0 + r, i0 = i1 - bq, of P (n, T, T).
+
+
+@njit(**_SUMS)
+def _prefix_dot(a, b, n):
+    s = a[0] * b[0]
+    for j in range(1, n):
+        s += a[j] * b[j]
+    return s
+
+
+@njit(**PAR)
+def _causal_block_rows(s, P, i0, scale):
+    bq = s.shape[1]
+    for t in prange(s.shape[0] * bq):
+        b, r = t // bq, t % bq
+        sr, pr = s[b, r], P[b, i0 + r]
+        kept = i0 + r + 1
+        m = sr[0] * scale
+        pr[0] = m
+        for j in range(1, kept):  # the scaled scores into P's row, and their max
+            v = sr[j] * scale
+            pr[j] = v
+            m = max(m, v)
+        _normalize(pr, pr, m, kept, in_dtype_of(P, 0.0))  # zeros from kept to T
+
+
+@njit(**PAR)
+def _causal_block_backward_rows(dp, P, i0, scale):
+    bq, width = dp.shape[1], dp.shape[2]
+    for t in prange(dp.shape[0] * bq):
+        b, r = t // bq, t % bq
+        dr, pr = dp[b, r], P[b, i0 + r]
+        kept = i0 + r + 1
+        dot = _prefix_dot(dr, pr, kept)
+        for j in range(width):
+            dr[j] = (dr[j] - dot) * pr[j] * scale if j < kept else 0
+
+
+def _causal_block_shapes(s, P):
+    """(n, bq, i1, T) of a block s (..., bq, i1) of P (..., T, T), or None where they do
+    not fit (the reference then runs, and raises as NumPy does)."""
+    if s.ndim < 2 or P.ndim != s.ndim or P.shape[:-2] != s.shape[:-2]:
+        return None
+    bq, i1 = s.shape[-2:]
+    T = P.shape[-1]
+    if P.shape[-2] != T or not bq <= i1 <= T:
+        return None
+    return s.size // max(bq * i1, 1), bq, i1, T
+
+
+def causal_softmax_block(s, P, scale):
+    shapes = _causal_block_shapes(s, P)
+    if shapes is None:
+        return NotImplemented
+    n, bq, i1, T = shapes
+    if s.size:
+        _causal_block_rows(s.reshape(n, bq, i1), P.reshape(n, T, T), i1 - bq,
+                           s.dtype.type(scale))
+    return None
+
+
+def causal_softmax_block_backward(dp, P, scale):
+    shapes = _causal_block_shapes(dp, P)
+    if shapes is None:
+        return NotImplemented
+    n, bq, i1, T = shapes
+    if dp.size:
+        _causal_block_backward_rows(dp.reshape(n, bq, i1), P.reshape(n, T, T), i1 - bq,
+                                    dp.dtype.type(scale))
+    return None
