@@ -265,6 +265,8 @@ log_softmax_forward = _kernel("log_softmax_forward", 1)
 log_softmax_backward = _kernel("log_softmax_backward", 2)
 masked_softmax_forward = _kernel("masked_softmax_forward", 1)  # the mask: checked inside
 masked_softmax_backward = _kernel("masked_softmax_backward", 2)
+causal_softmax_block = _kernel("causal_softmax_block", 2)  # writes P's block in place
+causal_softmax_block_backward = _kernel("causal_softmax_block_backward", 2)
 
 # ----------------------------------------------------------------------------- attention
 # (the blocked attention's tiles: keep and add, the mask, are checked inside)
