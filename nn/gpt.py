@@ -289,7 +289,27 @@ class SwiGLU(Module):
         return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
 
 
+def add_norm(norm: Module, x, residual):
+    """(x + residual, norm(x + residual)): one F.add_layer_norm node in the norm's scope
+    when `norm` is a plain LayerNorm (the ledger names it as before: the node saves what
+    the norm saved, the sum and 1/std); otherwise the add and the module as they are."""
+    if type(norm) is not LayerNorm:
+        x = x + residual
+        return x, norm(x)
+    with ta.memory.module_scope(norm):
+        return F.add_layer_norm(x, residual, norm.normalized_shape, norm.weight, norm.bias,
+                                norm.eps)
+
+
 class Block(Module):
+    """x + attn(ln_1(x)), then that + mlp(ln_2(that)), as nanoGPT's.
+
+    The first residual add and ln_2 run as one node (add_norm: one pass over the residual
+    stream each way instead of two). Inside a GPT (forward_fused) the block also takes
+    its ln_1(x) from the node before it, and hands the next norm (the next block's ln_1,
+    or ln_f) its second residual add, so every residual add of the model is fused with
+    the norm after it.
+    """
 
     def __init__(self, config: GPTConfig, rope: tuple | None = None) -> None:
         super().__init__()
@@ -300,9 +320,15 @@ class Block(Module):
         self.mlp = MLP(config) if config.mlp == "gelu" else SwiGLU(config)
 
     def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        x = x + self.mlp(self.ln_2(x))
-        return x
+        x, h = add_norm(self.ln_2, x, self.attn(self.ln_1(x)))
+        return x + self.mlp(h)
+
+    def forward_fused(self, x, h, next_norm: Module):
+        """(x', next_norm(x')) for this block's output x', given its input x and h =
+        ln_1(x): the block with its last residual add fused into the next norm. Called in
+        the block's scope (GPT.forward enters it)."""
+        x, h = add_norm(self.ln_2, x, self.attn(h))
+        return add_norm(next_norm, x, self.mlp(h))
 
 
 class GPT(Module):
@@ -366,21 +392,20 @@ class GPT(Module):
             raise ValueError(f"cannot forward a sequence of length {T}, block size is only "
                              f"{self.config.block_size}")
         # forward the GPT model itself
-        if self.config.pos_emb == "learned":
-            pos = ta.arange(0, T, dtype=ta.long, device=idx.device)  # (T,)
-            tok_emb = self.transformer.wte(idx)  # token embeddings of shape (B, T, n_embd)
-            pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (T, n_embd)
-            x = self.transformer.drop(tok_emb + pos_emb)
-        else:  # rotary: positions enter in each attention layer, on q and k
-            x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, n_embd)
         checkpointing = self.config.checkpoint and ta.is_grad_enabled()
-        for block in self.transformer.h:
-            if checkpointing:
-                # save only the block's input; recompute its insides in backward
-                x = ta.checkpoint(block, x)
-            else:
-                x = block(x)
-        x = self.transformer.ln_f(x)
+        blocks = self.transformer.h
+        if not checkpointing and all(type(b) is Block and "forward" not in vars(b)
+                                     for b in blocks):  # a replaced block runs as it is
+            x = self._fused_trunk(idx)
+        else:
+            x = self._embed(idx)
+            for block in blocks:
+                if checkpointing:
+                    # save only the block's input; recompute its insides in backward
+                    x = ta.checkpoint(block, x)
+                else:
+                    x = block(x)
+            x = self.transformer.ln_f(x)
 
         if targets is not None:
             # training: logits everywhere, and the loss (a fused, stable cross-entropy
@@ -393,6 +418,42 @@ class GPT(Module):
             logits = self.lm_head(x[:, -1:, :])  # (B, 1, vocab_size)
             loss = None
         return logits, loss
+
+    def _embed(self, idx):
+        """The first block's input: token (+ learned position) embeddings, dropout."""
+        T = idx.size(1)
+        if self.config.pos_emb == "learned":
+            pos = ta.arange(0, T, dtype=ta.long, device=idx.device)  # (T,)
+            tok_emb = self.transformer.wte(idx)  # token embeddings of shape (B, T, n_embd)
+            pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (T, n_embd)
+            return self.transformer.drop(tok_emb + pos_emb)
+        # rotary: positions enter in each attention layer, on q and k
+        return self.transformer.drop(self.transformer.wte(idx))  # (B, T, n_embd)
+
+    def _fused_trunk(self, idx):
+        """ln_f(blocks(embeddings)) with each residual add fused into the norm after it
+        (Block.forward_fused): the embedding sum into the first ln_1 when dropout is off
+        (p = 0 or eval; the (T, C) position table broadcast over the batch inside the
+        node), each block's last add into the next ln_1 and the last one into ln_f. The
+        same modules, scopes and saved bytes as the plain loop; fewer passes."""
+        blocks, drop = self.transformer.h, self.transformer.drop
+        first = blocks[0].ln_1 if len(blocks) else self.transformer.ln_f
+        if (self.config.pos_emb == "learned" and type(drop) is Dropout
+                and (drop.p == 0 or not drop.training)):
+            T = idx.size(1)
+            pos = ta.arange(0, T, dtype=ta.long, device=idx.device)  # (T,)
+            tok_emb = self.transformer.wte(idx)  # (B, T, n_embd)
+            pos_emb = self.transformer.wpe(pos)  # (T, n_embd)
+            x, h = add_norm(first, tok_emb, pos_emb)
+        else:
+            x = self._embed(idx)
+            h = first(x)
+        for i, block in enumerate(blocks):
+            last = i + 1 == len(blocks)
+            with ta.memory.module_scope(block):
+                x, h = block.forward_fused(x, h, self.transformer.ln_f if last
+                                           else blocks[i + 1].ln_1)
+        return h
 
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k=None):
         """Extend idx (B, T) by max_new_tokens sampled tokens, feeding each back in.

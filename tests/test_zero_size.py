@@ -198,6 +198,10 @@ EXTRA = {
         else F(lib).scaled_dot_product_attention(q, k, v, is_causal=True)),
         (z(1, 2, 0, 4), z(1, 2, 0, 4), z(1, 2, 0, 4)))],
     "checkpoint": [Case(_checkpoint_of, (z(0, 3),))],
+    "add_layer_norm": [Case(lambda lib, x, r: (
+        F(lib).add_layer_norm(x, r, 3) if lib is ta
+        else (x + r, F(lib).layer_norm(x + r, (3,)))), (z(0, 3), z(0, 3)))],
+    "linear": [Case(lambda lib, x, w, b: F(lib).linear(x, w, b), (z(0, 3), z(2, 3), z(2)))],
     "bitwise_left_shift": [Case(lambda lib, a, b: lib.bitwise_left_shift(a, b),
                                 (z(0, 3, dtype=I64), ints(3)))],
     "bitwise_right_shift": [Case(lambda lib, a, b: lib.bitwise_right_shift(a, b),

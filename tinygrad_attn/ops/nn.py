@@ -1,4 +1,5 @@
-"""The fused ops a transformer is made of: layer_norm, cross_entropy, dropout.
+"""The fused ops a transformer is made of: layer_norm, add_layer_norm (a residual add and
+the norm after it), linear (a GEMM with its bias), cross_entropy, dropout.
 
 Each is one graph node with its own backward, so it saves what that backward needs and
 nothing else (a chain of elementwise ops would keep every intermediate alive).
@@ -9,13 +10,15 @@ from __future__ import annotations
 import math
 
 from .. import backend
+from .. import shape as shp
 from ..autograd import Function
 from ..autograd.graph import Recorded, _rejoined, recording, unwrap
 from ..creation import default_generator, zeros_like
 from ..errors import ShapeError
-from ._util import Tensor, check_same_device, from_array
+from ._util import Tensor, check_same_device, from_array, unbroadcast
 from .indexing import IndexSelect, check_index_tensor
 from .losses import COMPOSED_CLASSES, check_class_targets, cross_entropy_composed
+from .reduce import _rows_mergeable
 from .registry import op
 
 
@@ -48,23 +51,8 @@ class LayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, normalized_shape, eps=1e-5):
-        check_same_device("layer_norm", x, weight, bias)
-        for name, p in (("weight", weight), ("bias", bias)):
-            if p is not None and p.dtype is not x.dtype:  # torch does not promote
-                raise RuntimeError(f"layer_norm: expected a {name} of the input's dtype "
-                                   f"{x.dtype.name}, got {p.dtype.name}")
+        _check_norm_arguments("layer_norm", x, weight, bias, normalized_shape)
         n = len(normalized_shape)
-        if tuple(x.shape[x.ndim - n:]) != tuple(normalized_shape):
-            raise ShapeError(
-                f"layer_norm: input of shape {tuple(x.shape)} does not end with the "
-                f"normalized shape {tuple(normalized_shape)}"
-            )
-        for name, p in (("weight", weight), ("bias", bias)):
-            if p is not None and tuple(p.shape) != tuple(normalized_shape):
-                raise ShapeError(
-                    f"layer_norm: {name} of shape {tuple(p.shape)} must have the normalized "
-                    f"shape {tuple(normalized_shape)}"
-                )
         lead = tuple(x.shape[: x.ndim - n])
         ctx.rows = (math.prod(lead), math.prod(normalized_shape))  # the kernels' 2-D view
         ctx.eps = eps
@@ -109,6 +97,28 @@ class LayerNorm(Function):
                 None if gb is None else from_array(gb.reshape(bias.shape)))
 
 
+def _check_norm_arguments(op, x, weight, bias, normalized_shape):
+    """layer_norm's checks (add_layer_norm's too): one device, weight and bias of x's dtype
+    (torch does not promote) and of the normalized shape, which x must end with."""
+    check_same_device(op, x, weight, bias)
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and p.dtype is not x.dtype:
+            raise RuntimeError(f"{op}: expected a {name} of the input's dtype "
+                               f"{x.dtype.name}, got {p.dtype.name}")
+    n = len(normalized_shape)
+    if tuple(x.shape[x.ndim - n:]) != tuple(normalized_shape):
+        raise ShapeError(
+            f"{op}: input of shape {tuple(x.shape)} does not end with the "
+            f"normalized shape {tuple(normalized_shape)}"
+        )
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != tuple(normalized_shape):
+            raise ShapeError(
+                f"{op}: {name} of shape {tuple(p.shape)} must have the normalized "
+                f"shape {tuple(normalized_shape)}"
+            )
+
+
 def _flat(p):
     """A parameter's array as the kernels take it: 1-D (None stays None)."""
     return None if p is None else p._array().reshape(-1)
@@ -119,6 +129,205 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
     return LayerNorm.apply(x, weight, bias, tuple(normalized_shape), eps=eps)
+
+
+class AddLayerNorm(Function):
+    """(y, s) with s = x + residual and y = layer_norm(s): a residual add and the norm after
+    it as one node (the residual may broadcast to x's shape; s has x's shape).
+
+    gx = gs + layer_norm's gx of gy (one buffer, for both inputs; the residual's summed
+    down to its shape), gw, gb as layer_norm's.
+    Saves s (its own second output: the residual stream, alive anyway), rstd (one value
+    per row) and the weight: what add (nothing) and layer_norm (its input and rstd) save
+    apart, to the byte. y is output 0, so the "layer_norm" policy treats it as layer_norm's
+    output: under "recompute" a later node that needs y keeps a recipe, and y is rebuilt
+    from s by layer_norm's forward kernel. The arithmetic is
+    backend.kernels.add_layer_norm_forward / add_layer_norm_backward on (rows, n) views: one
+    pass each way, reading x and the residual once. A recorded backward recomputes rstd
+    from the recorded s, as layer_norm's does.
+    """
+
+    policy = "layer_norm"
+    saves = {"save": "s = x + residual + rstd",
+             "recompute": "s + rstd (the normalized output rebuilt for later nodes)"}
+    materialize_grads = False  # the last norm's s (ln_f's input) often gets no gradient
+
+    @staticmethod
+    def saved_bytes_formula(shape, itemsize, policy, n_normalized=1):
+        return LayerNorm.saved_bytes_formula(shape, itemsize, policy, n_normalized)
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, normalized_shape, eps=1e-5):
+        for name, t in (("input", x), ("residual", residual)):
+            if type(t) is not Tensor:
+                raise TypeError(f"add_layer_norm: {name} must be a Tensor, got "
+                                f"{type(t).__name__}")
+        check_same_device("add_layer_norm", x, residual)
+        if residual.dtype is not x.dtype or not x.dtype.is_floating_point:
+            raise RuntimeError(f"add_layer_norm: expected floating input and residual of one "
+                               f"dtype, got {x.dtype.name} and {residual.dtype.name}")
+        _check_norm_arguments("add_layer_norm", x, weight, bias, normalized_shape)
+        if (residual.ndim > x.ndim or shp.broadcast_shapes(
+                x.shape, residual.shape, op="add_layer_norm") != tuple(x.shape)):
+            raise ShapeError(f"add_layer_norm: a residual of shape {tuple(residual.shape)} "
+                             f"does not broadcast to the input's shape {tuple(x.shape)}")
+        n = len(normalized_shape)
+        lead = tuple(x.shape[: x.ndim - n])
+        ctx.rows = (math.prod(lead), math.prod(normalized_shape))
+        ctx.eps, ctx.residual_shape = eps, tuple(residual.shape)
+        xp = backend.xp_for(x.device)
+        X = x._array().reshape(ctx.rows)  # a copy only for a strided x (not kept)
+        s, y, rstd = backend.kernels.add_layer_norm_forward(
+            X, _residual_rows(xp, residual, x.shape, ctx.rows, n), _flat(weight), _flat(bias),
+            eps)
+        s = from_array(s.reshape(x.shape))
+        ctx.save_for_backward(s, from_array(rstd.reshape(lead + (1,) * n)), weight, bias)
+        return from_array(y.reshape(x.shape)), s
+
+    @staticmethod
+    def recompute(ctx):
+        s, _, weight, bias = ctx.saved_tensors
+        S = s._array()
+        y, _ = backend.kernels.layer_norm_forward(S.reshape(ctx.rows), _flat(weight),
+                                                  _flat(bias), ctx.eps)
+        return from_array(y.reshape(S.shape))
+
+    @staticmethod
+    def backward(ctx, gy, gs):
+        s, rstd_t, weight, bias = ctx.saved_tensors
+        nx, nr, nw, nb = ctx.needs_input_grad[:4]
+        if gy is None:  # only s was used: add's backward, gs to both inputs
+            gx, gw, gb = gs, None, None
+        else:
+            S = s._array().reshape(ctx.rows)
+            if recording():  # rstd from the recorded s, by the forward kernel's text
+                rstd = backend.kernels.layer_norm_forward(S, None, None, ctx.eps)[1]
+            else:
+                rstd = rstd_t._array().reshape(ctx.rows[0], 1)
+            GS = None if gs is None or not (nx or nr) else gs._array().reshape(ctx.rows)
+            GX, GW, GB = backend.kernels.add_layer_norm_backward(
+                gy._array().reshape(ctx.rows), S, rstd, _flat(weight), GS, (nx or nr, nw, nb))
+            gx = None if GX is None else from_array(GX.reshape(s.shape))
+            gw = None if GW is None else from_array(GW.reshape(weight.shape))
+            gb = None if GB is None else from_array(GB.reshape(bias.shape))
+        if gx is None:
+            return None, None, gw, gb
+        return (gx if nx else None, unbroadcast(gx, ctx.residual_shape) if nr else None,
+                gw, gb)
+
+
+def _residual_rows(xp, residual, shape, rows, n_normalized):
+    """The residual as the kernels take it: (rows, n) when it has x's shape, (k, n) when it
+    is a table that repeats down the rows (its shape, less leading 1s, a suffix of x's: a
+    (T, C) position embedding added to (B, T, C)); otherwise broadcast to x's shape (a
+    copy)."""
+    dims = tuple(residual.shape)
+    while dims and dims[0] == 1:
+        dims = dims[1:]
+    R = residual._array()
+    if rows[1] and len(dims) >= n_normalized and dims == tuple(shape[len(shape) - len(dims):]):
+        return R.reshape(math.prod(dims) // rows[1], rows[1])
+    return xp.broadcast_to(R, shape).reshape(rows)
+
+
+@op(AddLayerNorm, functional=True)
+def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(s, layer_norm(s)) with s = x + residual, in one node each way: a transformer's
+    residual add and the norm after it (s is the new residual stream)."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    if type(x) is Tensor and type(residual) is Tensor and (
+            residual.dtype is not x.dtype or residual.ndim > x.ndim or any(
+                r not in (1, n) for r, n in zip(residual.shape[::-1], x.shape[::-1]))):
+        # mixed dtypes (the add promotes), a residual that grows x or does not broadcast
+        # (the add says so): the add and the norm apart, as torch's
+        s = x + residual
+        return s, layer_norm(s, normalized_shape, weight, bias, eps)
+    y, s = AddLayerNorm.apply(x, residual, weight, bias, tuple(normalized_shape), eps=eps)
+    return s, y
+
+
+class Linear(Function):
+    """y = x @ weight^T + bias;  gx = g @ weight, gweight = g^T x, gbias = sum of g over the
+    rows (x's leading dims merged into one row dim).
+
+    One node for a Linear layer: one GEMM writes the output and the bias is added into it
+    in place inside the node (the output is new: no second node, no version bump), and
+    backward gives all three gradients (the bias's one reduction over g's rows).
+    Saves x and the weight, each only where the other's gradient needs it, as matmul
+    does (not the output): x as given, so a strided x pins its storage and nothing more,
+    and an x under a "recompute" policy (layer_norm's or gelu's output) is kept as a recipe.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias=None):
+        for name, t in (("input", x), ("weight", weight)):
+            if type(t) is not Tensor:
+                raise TypeError(f"linear: {name} must be a Tensor, got {type(t).__name__}")
+        check_same_device("linear", x, weight, bias)
+        if any(t is not None and t.dtype is not x.dtype for t in (weight, bias)):
+            names = ", ".join(t.dtype.name for t in (x, weight, bias) if t is not None)
+            raise RuntimeError(f"linear: expected input, weight and bias of one dtype, got "
+                               f"{names}; cast them, e.g. weight.to(x.dtype)")
+        if x.ndim == 0 or weight.ndim != 2 or x.shape[-1] != weight.shape[1]:
+            raise ShapeError(f"linear: an input of shape {tuple(x.shape)} and a weight of "
+                             f"shape {tuple(weight.shape)} cannot be multiplied (expected "
+                             f"a weight (out_features, {x.shape[-1] if x.ndim else '?'}))")
+        if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+            raise ShapeError(f"linear: expected a bias of shape ({weight.shape[0]},), got "
+                             f"{tuple(bias.shape)}")
+        nx, nw = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(x if nw else None, weight if nx else None)
+        xp = backend.xp_for(x.device)
+        X, Wt = x._array(), weight._array().T
+        if _rows_mergeable(x):  # every row of x in one GEMM
+            y = backend.matmul(xp, X.reshape(math.prod(x.shape[:-1]), x.shape[-1]), Wt)
+            y = y.reshape(tuple(x.shape[:-1]) + (weight.shape[0],))
+        else:
+            y = backend.matmul(xp, X, Wt)
+        if bias is not None:
+            y += bias._array()  # into the new output: one buffer, as the layer's result
+        return from_array(y)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        nx, nw, nb = ctx.needs_input_grad[:3]
+        xp = backend.xp_for(g.device)
+        G = g._array()
+        rows, N = math.prod(G.shape[:-1]), G.shape[-1]
+        G2 = G.reshape(rows, N)  # all rows as one: a copy only for a strided g
+        gx = gw = gb = None
+        if nx:
+            W = weight._array()
+            if G.ndim > 2 and not _rows_mergeable(g):  # a batched GEMM, no copy of g
+                gx = backend.matmul(xp, G, W)
+            else:
+                gx = backend.matmul(xp, G2, W).reshape(tuple(G.shape[:-1]) + (W.shape[1],))
+            gx = from_array(gx)
+        if nw:
+            X = x._array()
+            gw = from_array(backend.matmul(xp, G2.T, X.reshape(rows, X.shape[-1])))
+        if nb:
+            gb = from_array(G2.sum(axis=0))
+        return gx, gw, gb
+
+
+@op(Linear, functional=True)
+def linear(x, weight, bias=None):
+    """x @ weight^T + bias, weight laid out (out_features, in_features) as in PyTorch.
+
+    With a bias of shape (out_features,) one Linear node (the bias added into the GEMM's
+    output, its gradient one reduction in the node's backward); without one, a matmul of
+    x with weight.mT, a strided view, so no transposed copy of the weight is made. Any
+    other bias (a scalar, a broadcast shape) is added after the matmul, as torch's."""
+    if (type(x) is Tensor and type(weight) is Tensor and type(bias) is Tensor
+            and bias.ndim == 1 and weight.ndim == 2 and x.ndim >= 1):
+        return Linear.apply(x, weight, bias)
+    y = x @ weight.mT
+    if bias is None:
+        return y
+    return y.add_(bias) if x.ndim > 1 else y + bias  # a 1-D x gives a squeezed view
 
 
 class CrossEntropy(Function):
