@@ -71,21 +71,19 @@ class CausalAttention(Function):
         T = Q.shape[-2]
         batch = shp.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
         KT = xp.swapaxes(K, -1, -2)
-        future = _future(xp, T)
         blocks = _row_blocks(T, block_size)
         if len(blocks) <= 1:  # the whole product: no tile to skip
-            S = backend.matmul(xp, Q, KT)
-            P = backend.kernels.masked_softmax_forward(S, future, scale)
-            del S
+            P = backend.matmul(xp, Q, KT)
+            backend.kernels.causal_softmax_block(P, P, scale)  # the scores become P in place
             if P.shape != batch + (T, T):
                 P = xp.ascontiguousarray(xp.broadcast_to(P, batch + (T, T)))
         else:
             P = xp.empty(batch + (T, T), dtype=Q.dtype)
             for i0, i1 in blocks:
                 s = backend.matmul(xp, Q[..., i0:i1, :], KT[..., :i1])  # (..., bq, i1)
-                P[..., i0:i1, :i1] = backend.kernels.masked_softmax_forward(
-                    s, future[i0:i1, :i1], scale)
-                P[..., i0:i1, i1:] = 0  # the hidden future: written once, never multiplied
+                # rows [i0, i1) of P: the softmax of each query's keys [0, i], then zeros
+                # to T (the hidden future: written once, never multiplied)
+                backend.kernels.causal_softmax_block(s, P, scale)
         Y = xp.empty(batch + (T, V.shape[-1]), dtype=Q.dtype)
         for i0, i1 in blocks:
             p = P[..., i0:i1, :i1]
@@ -114,8 +112,7 @@ class CausalAttention(Function):
         VT = xp.swapaxes(V, -1, -2)
         for i0, i1 in _row_blocks(T, ctx.block_size):
             g_blk = G[..., i0:i1, :]
-            # this block's probabilities, copied whole: the kernels read them contiguous
-            p = xp.ascontiguousarray(P[..., i0:i1, :i1])
+            p = P[..., i0:i1, :i1]  # this block's probabilities (a view)
             dp = backend.matmul(xp, g_blk, VT[..., :i1])  # (..., bq, i1): g v^T
             if drop is not None:
                 z = _keep_scaled(xp, drop, batch, T, i0, i1, p.dtype)
@@ -129,8 +126,8 @@ class CausalAttention(Function):
             del pz
             if not (nq or nk):
                 continue
-            ds = backend.kernels.masked_softmax_backward(p, dp, scale, False)  # scaled dS
-            del p, dp
+            backend.kernels.causal_softmax_block_backward(dp, P, scale)  # dp: scale * dS
+            ds = dp
             if nq:
                 dQ[..., i0:i1, :] = backend.matmul(xp, ds, K[..., :i1, :])
             if nk:
