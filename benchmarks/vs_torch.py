@@ -2,22 +2,36 @@
 
 The same GPT (same config, same initial weights moved by name through the safetensors
 interchange, the same batch of tokens, dropout 0, float32) is trained with AdamW in this
-engine and in PyTorch (the nanoGPT-shaped reference of tests/torch_nanogpt.py), each
-attention implementation against its PyTorch twin:
+engine and in PyTorch, each attention implementation against its PyTorch twin:
 
     naive  <-> the same naive port written in torch (three slices, permute().contiguous(),
                an additive -inf mask, softmax, matmul, permute + copy back)
     views  <-> nanoGPT's manual attention (split, view + transpose, masked_fill, softmax)
     flash  <-> torch.nn.functional.scaled_dot_product_attention(is_causal=True)
 
+The torch side is a plain nanoGPT-style GPT (benchmarks/torch_plain_step.py: no Dropout
+modules at p = 0, the mask built once, torch's default AdamW), the fastest torch step
+measured here, not the tests' reference (tests/torch_nanogpt.py, `--torch-model
+reference`; both: `--torch-model plain,reference`). Torch runs under its own settings:
+this file imports the engine before NumPy and torch, so NumPy's OpenBLAS loads with the
+engine's short thread timeout; loaded the other way round, as this harness once did,
+OpenBLAS's worker spins about 0.1 s after each of our GEMMs on a core that the torch
+step which follows needs (OPENBLAS_THREAD_TIMEOUT=28 in the environment brings that back;
+the machine line says which is in force). What is not torch's own: the glibc setting
+that keeps freed host memory (process-wide, `--host-cache off` for glibc's defaults) and
+the thread count (`--threads`, both engines). docs/performance.md has the table of what
+each of these changed.
+
 After one warm-up step each, the engines alternate step by step (ours i, torch i, ...), so
 drifting machine load hits both alike; reported are the median step times and the median of
 the per-pair ratios. One further step of each is measured for memory (see the notes printed
-with the table). The machine's float32 GEMM peak is measured in the same run.
+with the table). The machine's float32 GEMM peak is measured in the same run; the GEMM
+fraction of a row is its step's FLOP/s over that peak.
 
     python benchmarks/vs_torch.py --quick                      # a tiny smoke test, seconds
     python benchmarks/vs_torch.py --device cuda --configs shakespeare-b64   # on a GPU
     python benchmarks/vs_torch.py                              # small, shakespeare-b8
+    python benchmarks/vs_torch.py --configs nanogpt-cpu --attn views,flash --policy save
     python benchmarks/vs_torch.py --configs small,shakespeare-b8,shakespeare-b32 \\
         --attn views,flash --markdown vs_torch.md
     python benchmarks/vs_torch.py --kernels numpy,numba --threads 2
@@ -302,10 +316,11 @@ def step_flops(cfg: Config, non_embedding_params: int) -> float:
 
 
 def run_config(ref, cfg: Config, attn: str, steps: int, peak: float, policy: str = "save",
-               device: str = "cpu", kinds=("plain",)) -> list[dict]:
+               device: str = "cpu", kinds=(("plain", 0.0),)) -> list[dict]:
     """Ours under save policy `policy` for gelu and layer_norm ("save" keeps their outputs
-    as PyTorch does; "recompute" rebuilds them in backward), against each torch model of
-    `kinds` (torch_twin's): one row each."""
+    as PyTorch does; "recompute" rebuilds them in backward), against each (torch model,
+    gap) of `kinds`: one row each. The torch model is torch_twin's kind; the gap, seconds
+    of idle time between our step and that twin's (0: none)."""
     with ta.memory.save_policies(gelu=policy, layer_norm=policy):
         rows = _run_config(ref, cfg, attn, steps, peak, device, kinds)
     for row in rows:
@@ -327,7 +342,7 @@ def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: st
     ours = nn.GPT(nn.GPTConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size,
                                n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
                                dropout=0.0, attn=attn))
-    twins = [torch_twin(ref, cfg, attn, ours, kind).to(device) for kind in kinds]
+    twins = [torch_twin(ref, cfg, attn, ours, kind).to(device) for kind, _ in kinds]
     ours = ours.to(device)
     hyper = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     opt = nn.optim.AdamW(ours.parameters(), **hyper)
@@ -374,7 +389,10 @@ def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: st
     times = [[] for _ in twins]
     for _ in range(steps):
         for i in range(len(twins)):
-            (t_o, l_o), (t_t, l_t) = timed(ours_step), timed(torch_step(i))
+            t_o, l_o = timed(ours_step)
+            if kinds[i][1]:
+                time.sleep(kinds[i][1])
+            t_t, l_t = timed(torch_step(i))
             times[i].append((t_o, t_t))
             losses[i].append((l_o, l_t))
 
@@ -389,7 +407,7 @@ def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: st
     ours_saved = summ["saved_peak"]["unique_bytes_without_parameters"]
     flops = step_flops(cfg, ours.num_params(non_embedding=True))
     rows = []
-    for i, kind in enumerate(kinds):
+    for i, (kind, gap) in enumerate(kinds):
         t_saved = torch_saved_bytes(twins[i], tidx, ttgt)
         topts[i].step()
         topts[i].zero_grad(set_to_none=True)
@@ -399,7 +417,8 @@ def _run_config(ref, cfg: Config, attn: str, steps: int, peak: float, device: st
         t_torch = statistics.median(t for _, t in times[i])
         rel = [abs(a - b) / abs(b) for a, b in losses[i]]
         rows.append(dict(
-            config=cfg.name, batch=cfg.batch, attn=attn, torch_model=kind, steps=steps,
+            config=cfg.name, batch=cfg.batch, attn=attn, steps=steps,
+            torch_model=f"{kind}, {gap:g} s gap" if gap else kind,
             ours_s=t_ours, torch_s=t_torch,
             ratio=statistics.median(a / b for a, b in times[i]),
             ours_saved=ours_saved, ours_saved_walk=ours_saved_walk, torch_saved=t_saved,
@@ -479,9 +498,18 @@ def machine_line(threads: int, blas: int | None, peaks: tuple[float, float], n: 
             f"Python {platform.python_version()}, numpy {np.__version__}, torch "
             f"{torch.__version__}; torch threads {threads} (torch.set_num_threads; MKL/"
             f"OpenMP), NumPy OpenBLAS threads {blas if blas is not None else 'unknown'} "
-            f"and numba's (ta.set_num_threads); float32 GEMM peak "
+            f"and numba's (ta.set_num_threads); OpenBLAS thread timeout "
+            f"{blas_timeout()}; float32 GEMM peak "
             f"({n}x{n} matmul): torch {t:.0f} GFLOP/s, numpy {npk:.0f} GFLOP/s; "
             f"used {max(t, npk):.0f}.")
+
+
+def blas_timeout() -> str:
+    """The OPENBLAS_THREAD_TIMEOUT NumPy's OpenBLAS loaded with (2^N cycles of spinning
+    after a GEMM before its workers sleep)."""
+    if _BLAS_TIMEOUT is not None:
+        return f"{_BLAS_TIMEOUT} (from the environment)"
+    return f"{ta.backend.threads.OPENBLAS_THREAD_TIMEOUT} (the engine's)"
 
 
 def parse(argv):
@@ -507,6 +535,10 @@ def parse(argv):
                    help="comma-separated torch twins, from plain (benchmarks/"
                         "torch_plain_step.py), reference (tests/torch_nanogpt.py); with "
                         "both, each torch step still follows one of ours")
+    p.add_argument("--gap", default="0",
+                   help="comma-separated seconds of idle time between our step and torch's "
+                        "(one row each, alternating in one process): 0.25 lets threads "
+                        "still spinning after our step go to sleep first")
     p.add_argument("--host-cache", choices=("on", "off"), default="on",
                    help="keep freed host memory in the process (ta.memory."
                         "keep_freed_host_memory; process-wide, so torch runs under it too)")
@@ -538,7 +570,11 @@ def parse(argv):
         if k not in TORCH_MODELS:
             p.error(f"unknown torch model {k!r}; choose from {', '.join(TORCH_MODELS)}")
     args.names, args.attns, args.policies, args.paths = names, attns, policies, paths
-    args.torch_models = kinds
+    try:
+        gaps = [float(g) for g in args.gap.split(",") if g.strip()]
+    except ValueError:
+        p.error(f"--gap: expected comma-separated seconds, got {args.gap!r}")
+    args.torch_models = [(k, g) for k in kinds for g in gaps or [0.0]]
     return args
 
 
