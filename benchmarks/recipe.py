@@ -257,11 +257,14 @@ def launch(engine: str, args, tmp: str, init: str, write_init: bool) -> dict:
 
 def report(runs: list[dict], steps: int, summary: dict, args) -> str:
     ok = [r for r in runs if "failed" not in r]
+    init = ("each engine its own" if args.own_init or args.engine_list[0] != "ours"
+            else "the engine's, loaded by name in torch")
     lines = [f"nanoGPT's CPU recipe, {steps} steps (batch {RECIPE['batch_size']}, block "
              f"{RECIPE['block_size']}, {RECIPE['n_layer']} layers x {RECIPE['n_head']} heads x "
              f"{RECIPE['n_embd']}, attention {args.attn}), {args.threads} threads each, the "
              f"embedded corpus ({summary['characters']:,} characters, vocabulary "
-             f"{summary['vocab_size']}); data seed {args.seed}; {machine()}", "",
+             f"{summary['vocab_size']}); data seed {args.seed}; initial weights: {init}; "
+             f"{machine()}", "",
              "| engine | wall s (process) | training s | steps/s | eval s | final train loss "
              "| final val loss |", "|---|---|---|---|---|---|---|"]
     for r in runs:

@@ -459,6 +459,9 @@ Notes (what is measured how):
 - step: forward + backward + AdamW step + zero_grad (set to None), float32, dropout 0, one
   fixed batch; after one warm-up step each, the engines alternate (ours i, torch i); step s
   = median over the timed steps, ratio = median of the per-pair ratios ours/torch.
+- torch model: plain = benchmarks/torch_plain_step.py's GPT (nanoGPT's modules and names,
+  no Dropout modules at p = 0, torch's default AdamW); reference = tests/torch_nanogpt.py.
+  "N s gap": N seconds idle between our step and that torch step (--gap).
 - ours policy: save = gelu and layer_norm keep their outputs for the next Linear's backward,
   as PyTorch does; recompute = that Linear keeps a recipe instead and the output is rebuilt
   in backward from what gelu / layer_norm saved anyway (ta.memory.save_policies).
