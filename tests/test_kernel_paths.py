@@ -17,7 +17,7 @@ from tinygrad_attn.backend import kernels
 
 # the kernels a GPT step runs compiled on the numba path
 EXPECTED_COMPILED = {"bias_gelu_forward", "bias_gelu_backward", "adamw_update_many"}
-EXPECTED_VIEWS = {"masked_softmax_forward", "masked_softmax_backward", "dropout_forward",
+EXPECTED_VIEWS = {"causal_softmax_block", "causal_softmax_block_backward", "dropout_forward",
                   "dropout_backward"}  # the views attention, and dropout (flash has none)
 CONFIG = dict(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
