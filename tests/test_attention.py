@@ -73,6 +73,59 @@ def test_cross_attention_lengths_and_torch_agreement():
         np.testing.assert_allclose(out.detach().numpy(), ref.numpy(), atol=1e-12)
 
 
+@pytest.mark.parametrize("block", [16, 32, 64, 100, 256])
+@pytest.mark.parametrize("T, Tk", [(150, 150), (70, 130), (130, 70)])
+def test_causal_strips_match_the_composed_attention(block, T, Tk):
+    """T not a multiple of the inner tile (64) nor of the block, and Tq != Tk: strips of
+    min(block, 64) rows, a partial last strip, several key blocks per strip, float64."""
+    q, k, v = _qkv(B=1, H=2, T=T, D=3, Tk=Tk)
+    g = ta.randn(1, 2, T, 4, dtype=ta.float64)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, block_size=block)
+    grads = ta.autograd.grad(out, [q, k, v], g)
+    ref = _reference(q, k, v, causal=True)
+    ref_grads = ta.autograd.grad(ref, [q, k, v], g)
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), atol=1e-12)
+    for a, b in zip(grads, ref_grads):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-10)
+
+
+@pytest.mark.parametrize("block", [1, 7, 16, 64, 128, 300])
+@pytest.mark.parametrize("T, Tk", [(200, 200), (64, 64), (50, 90), (90, 50)])
+def test_the_causal_tiling_covers_the_visible_scores_once_and_skips_the_future(block, T, Tk):
+    """Every visible score (key <= query) lies in exactly one tile; a tile's hidden scores
+    lie only in its last strip-wide corner of keys (at most rows * (rows - 1) / 2 of them),
+    whatever the block size, and no tile is all hidden."""
+    from tinygrad_attn.ops.attention import INNER_TILE, _strips
+    rows = min(block, INNER_TILE)
+    seen = np.zeros((T, Tk), int)
+    for a, b, chunks in _strips(True, block, T, Tk):
+        assert b - a <= rows
+        for c0, c1 in chunks:
+            assert c1 - c0 <= block
+            tile = np.arange(c0, c1)[None, :] <= np.arange(a, b)[:, None]
+            assert tile.any()
+            assert (~tile).sum() <= (b - a) * (b - a - 1) // 2
+            seen[a:b, c0:c1] += tile
+    assert (seen == np.tril(np.ones((T, Tk), int))).all()
+
+
+def test_float32_strided_heads_agree_with_float64():
+    """q, k, v as the GPT hands them (views of one (B, T, 3C) projection), float32, against
+    the same op in float64: rounding only."""
+    B, T, H, D = 3, 150, 2, 8
+    x = ta.randn(B, T, 3 * H * D, dtype=ta.float64)
+    g = ta.randn(B, H, T, D, dtype=ta.float64)
+    got = {}
+    for dtype in (ta.float32, ta.float64):
+        xx = x.to(dtype).requires_grad_()
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in xx.split(H * D, dim=2))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, block_size=32)
+        out.backward(g.to(dtype))
+        got[dtype] = out.detach().numpy(), xx.grad.numpy()
+    for a, b in zip(got[ta.float32], got[ta.float64]):
+        assert np.abs(a - b).max() <= 2e-6 * np.abs(b).max()
+
+
 def test_never_materializes_the_full_score_matrix():
     B, H, T, D = 2, 2, 64, 8
     q, k, v = (ta.randn(B, H, T, D, requires_grad=True) for _ in range(3))

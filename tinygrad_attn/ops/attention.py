@@ -102,6 +102,91 @@ def _block_mask(xp, causal, mask, i0, i1, j0, j1):
     return keep, part
 
 
+INNER_TILE = 64  # causal: the query strip's height, at most block_size (see _strips)
+
+
+def _strips(causal, bs, Tq, Tk):
+    """The tiling: [(a, b, [(c0, c1), ...]), ...], query rows a:b and, for each, the key
+    blocks c0:c1 its tiles cover, at most bs keys each. Without a causal mask the query
+    blocks are bs rows, as the key blocks. With it, the rows come in strips of
+    min(bs, INNER_TILE) and each strip's keys stop at its last row (key b - 1): only the
+    diagonal's last, strip-sized corner of the tile holds hidden scores, whatever bs is,
+    and no tile or part of a tile wholly in the future is computed. A strip whose keys fit
+    in one block (every strip when T <= bs) is one tile: its softmax is direct, with no
+    running rescale across blocks."""
+    rows = min(bs, INNER_TILE) if causal else bs
+    out = []
+    for a in range(0, Tq, rows):
+        b = min(a + rows, Tq)
+        end = min(b, Tk) if causal else Tk
+        out.append((a, b, [(c0, min(c0 + bs, end)) for c0 in range(0, end, bs)]))
+    return out
+
+
+class _StripState:
+    """One strip's running row max m, row sum l and weighted sum acc, reused by every strip
+    of a call (made once, refilled per strip): flat buffers whose prefix is viewed at the
+    strip's shape, so a shorter last strip is still a C-contiguous array, as the kernels
+    write them. A strip of one key block passes a zero-width acc (no rescaling to do)."""
+
+    def __init__(self, xp, B, rows, Dv, dtype, online):
+        n = math.prod(B) * rows
+        self.xp, self.B, self.Dv = xp, B, Dv
+        self.m, self.l = xp.empty(n, dtype=dtype), xp.empty(n, dtype=dtype)
+        self.acc = xp.empty(n * Dv, dtype=dtype) if online else None
+        self.none = xp.empty(B + (rows, 0), dtype=dtype)
+
+    def start(self, rows, online):
+        n = math.prod(self.B) * rows
+        m = self.m[:n].reshape(self.B + (rows, 1))
+        l = self.l[:n].reshape(self.B + (rows, 1))
+        m.fill(-self.xp.inf)
+        l.fill(0)
+        if not online:
+            return m, l, self.none[..., :rows, :]
+        acc = self.acc[:n * self.Dv].reshape(self.B + (rows, self.Dv))
+        acc.fill(0)
+        return m, l, acc
+
+
+def _rows_first(xp, X):
+    """X^T (..., D, T) in row order, one copy per call, transient: the right operand of the
+    GEMMs that take k^T or v^T, sliced by key block. A GEMM handed the transposed view
+    instead reads it column by column (OpenBLAS's slower kernel for that layout), or copies
+    each block itself, strip after strip."""
+    return xp.ascontiguousarray(xp.swapaxes(X, -1, -2))
+
+
+_KEEP_CACHE = {}
+
+
+def _causal_keep(xp, rows, cols, offset):
+    """Bool (rows, cols): key j visible to row r, j <= r + offset. Made once per shape and
+    device and kept (strips repeat a handful of shapes); the kernels read it for every
+    head, and no caller writes to it."""
+    key = (xp.__name__, rows, cols, offset)
+    keep = _KEEP_CACHE.get(key)
+    if keep is None:
+        if len(_KEEP_CACHE) > 256:
+            _KEEP_CACHE.clear()
+        keep = xp.arange(cols)[None, :] <= xp.arange(rows)[:, None] + offset
+        _KEEP_CACHE[key] = keep
+    return keep
+
+
+def _tile_mask(xp, causal, mask, i0, i1, j0, j1):
+    """_block_mask's (keep, add) of rows i0:i1 and keys j0:j1, the causal keep cached."""
+    keep = None
+    if causal and j1 - 1 > i0:  # some keys lie in the future of some queries here
+        keep = _causal_keep(xp, i1 - i0, j1 - j0, i0 - j0)
+    if mask is None:
+        return keep, None
+    part = mask[..., i0:i1, j0:j1]
+    if part.dtype == bool:
+        return (part if keep is None else part & keep), None
+    return keep, part
+
+
 class ScaledDotProductAttention(Function):
     """Blocked exact attention; saves q, k, v, out and the row logsumexp, not T x T.
 
@@ -120,7 +205,7 @@ class ScaledDotProductAttention(Function):
         xp = backend.xp_for(q.device)
         Q, K, V = wide(q._array()), wide(k._array()), wide(v._array())
         B = Q.shape[:-2]
-        Tq, Tk = Q.shape[-2], K.shape[-2]
+        Tq, Tk, Dv = Q.shape[-2], K.shape[-2], V.shape[-1]
         bs = block_size or DEFAULT_BLOCK_SIZE
         M = None if mask is None else wide(mask._array())
         if M is not None:
@@ -130,34 +215,38 @@ class ScaledDotProductAttention(Function):
             # hand back the (batch, heads, T, D) view, so merging the heads afterwards,
             # out.transpose(1, 2).contiguous().view(B, T, C), is a no-op, not a copy
             # (grouped heads, (batch, kv heads, group, T, D), likewise: heads innermost)
-            out = xp.moveaxis(xp.empty((B[0], Tq) + B[1:] + (V.shape[-1],), dtype=Q.dtype),
-                              1, -2)
+            out = xp.moveaxis(xp.empty((B[0], Tq) + B[1:] + (Dv,), dtype=Q.dtype), 1, -2)
         else:
-            out = xp.empty(B + (Tq, V.shape[-1]), dtype=Q.dtype)
+            out = xp.empty(B + (Tq, Dv), dtype=Q.dtype)
         lse = xp.empty(B + (Tq, 1), dtype=Q.dtype)
-        for i0 in range(0, Tq, bs):
-            i1 = min(i0 + bs, Tq)
-            q_blk = Q[..., i0:i1, :]
-            m = xp.full(B + (i1 - i0, 1), -xp.inf, dtype=Q.dtype)
-            l = xp.zeros(B + (i1 - i0, 1), dtype=Q.dtype)
-            acc = xp.zeros(B + (i1 - i0, V.shape[-1]), dtype=Q.dtype)
-            for j0 in range(0, Tk, bs):
-                if is_causal and j0 > i1 - 1:
-                    break  # every later key block is in the future of this query block
-                j1 = min(j0 + bs, Tk)
-                s = backend.matmul(xp, q_blk, xp.swapaxes(K[..., j0:j1, :], -1, -2))
-                keep, add = _block_mask(xp, is_causal, M, i0, i1, j0, j1)
-                # s becomes p; m, l and acc move on to this key block (in place)
+        strips = _strips(is_causal, bs, Tq, Tk)
+        state = _StripState(xp, B, max(b - a for a, b, _ in strips) if strips else 0, Dv,
+                            Q.dtype, online=any(len(c) > 1 for _, _, c in strips))
+        Kt = _rows_first(xp, K)
+        for a, b, chunks in strips:
+            q_blk = Q[..., a:b, :]
+            m, l, acc = state.start(b - a, online=len(chunks) > 1)
+            o = None
+            for c0, c1 in chunks:
+                s = backend.matmul(xp, q_blk, Kt[..., c0:c1])
+                keep, add = _tile_mask(xp, is_causal, M, a, b, c0, c1)
+                # s becomes p; m, l (and acc, over several key blocks) move on, in place
                 backend.kernels.attention_block_forward(s, m, l, acc, keep, add, scale)
-                _apply_dropout(xp, s, dropout, B, Tq, Tk, i0, i1, j0, j1)  # after l's sum
-                acc += backend.matmul(xp, s, V[..., j0:j1, :])
+                _apply_dropout(xp, s, dropout, B, Tq, Tk, a, b, c0, c1)  # after l's sum
+                pv = backend.matmul(xp, s, V[..., c0:c1, :])
+                if len(chunks) == 1:
+                    o = pv  # one key block: its p @ v is the whole sum, no rescaling
+                else:
+                    acc += pv
+            if o is None:
+                o = acc
             # a query that may see no key at all (l == 0) gets zeros, as torch (not 0 / 0),
             # and an lse of +inf: backward's p = exp(z - lse) is then 0 over the row, even
             # where z is -inf, so the row adds nothing to dq, dk, dv or the mask's gradient
             # (torch's are 0 there too; exp(-inf - -inf) would be nan and poison them all)
             unseen = l == 0
-            out[..., i0:i1, :] = acc / xp.where(unseen, 1, l)
-            lse[..., i0:i1, :] = xp.where(
+            xp.divide(o, xp.where(unseen, 1, l), out=out[..., a:b, :])
+            lse[..., a:b, :] = xp.where(
                 unseen, xp.inf, xp.where(xp.isfinite(m), m, 0) + xp.log(xp.where(unseen, 1, l)))
         ctx.mask_given = mask is not None
         ctx.is_causal, ctx.scale, ctx.block_size = is_causal, scale, bs
@@ -185,38 +274,38 @@ class ScaledDotProductAttention(Function):
         # the (T x T) buffer exists only then
         n_mask = len(ctx.needs_input_grad) > 3 and ctx.needs_input_grad[3]
         dM = xp.zeros(B + (Tq, Tk), dtype=Q.dtype) if n_mask else None
-        Drow = (G * O).sum(axis=-1, keepdims=True)  # rowsum(do * out), T floats per head
-        for i0 in range(0, Tq, bs):
-            i1 = min(i0 + bs, Tq)
-            q_blk, g_blk = Q[..., i0:i1, :], G[..., i0:i1, :]
-            # (..., bq, 1) each: copied whole, a few KiB, so the kernels read them contiguous
-            lse_blk = xp.ascontiguousarray(LSE[..., i0:i1, :])
-            d_blk = xp.ascontiguousarray(Drow[..., i0:i1, :])
-            for j0 in range(0, Tk, bs):
-                if causal and j0 > i1 - 1:
-                    break
-                j1 = min(j0 + bs, Tk)
-                k_blk, v_blk = K[..., j0:j1, :], V[..., j0:j1, :]
-                p = backend.matmul(xp, q_blk, xp.swapaxes(k_blk, -1, -2))
-                keep, add = _block_mask(xp, causal, M, i0, i1, j0, j1)
+        Kt, Vt = _rows_first(xp, K), _rows_first(xp, V)
+        for a, b, chunks in _strips(causal, bs, Tq, Tk):
+            q_blk, g_blk = Q[..., a:b, :], G[..., a:b, :]
+            # (..., rows, 1) each, contiguous, as the kernels read them: the strip's lse,
+            # and rowsum(do * out) (T floats per head in all)
+            lse_blk = xp.ascontiguousarray(LSE[..., a:b, :])
+            d_blk = xp.ascontiguousarray((g_blk * O[..., a:b, :]).sum(axis=-1, keepdims=True))
+            for n, (c0, c1) in enumerate(chunks):
+                k_blk = K[..., c0:c1, :]
+                p = backend.matmul(xp, q_blk, Kt[..., c0:c1])
+                keep, add = _tile_mask(xp, causal, M, a, b, c0, c1)
                 backend.kernels.attention_block_probs(p, lse_blk, keep, add, scale)
-                ds = backend.matmul(xp, g_blk, xp.swapaxes(v_blk, -1, -2))
+                ds = backend.matmul(xp, g_blk, Vt[..., c0:c1])
                 if drop is None:
-                    dV[..., j0:j1, :] += backend.matmul(xp, xp.swapaxes(p, -1, -2), g_blk)
+                    dV[..., c0:c1, :] += backend.matmul(xp, xp.swapaxes(p, -1, -2), g_blk)
                 else:  # the tile's mask again, from the seed: z = keep / (1 - p_drop)
-                    z = _dropout_keep(xp, drop, B, Tq, Tk, i0, i1, j0, j1) * p.dtype.type(
+                    z = _dropout_keep(xp, drop, B, Tq, Tk, a, b, c0, c1) * p.dtype.type(
                         drop[2])
-                    dV[..., j0:j1, :] += backend.matmul(xp, xp.swapaxes(p * z, -1, -2), g_blk)
+                    dV[..., c0:c1, :] += backend.matmul(xp, xp.swapaxes(p * z, -1, -2), g_blk)
                     ds *= z
                     del z
                 # the mask's gradient is ds before the scale
                 backend.kernels.attention_block_dscores(ds, p, d_blk,
                                                         1 if dM is not None else scale)
                 if dM is not None:
-                    dM[..., i0:i1, j0:j1] = ds
+                    dM[..., a:b, c0:c1] = ds
                     ds *= scale
-                dQ[..., i0:i1, :] += backend.matmul(xp, ds, k_blk)
-                dK[..., j0:j1, :] += backend.matmul(xp, xp.swapaxes(ds, -1, -2), q_blk)
+                if n == 0:
+                    dQ[..., a:b, :] = backend.matmul(xp, ds, k_blk)
+                else:
+                    dQ[..., a:b, :] += backend.matmul(xp, ds, k_blk)
+                dK[..., c0:c1, :] += backend.matmul(xp, xp.swapaxes(ds, -1, -2), q_blk)
         nq, nk, nv = ctx.needs_input_grad[:3]
         dtype = q.dtype.np
         grads = tuple(from_array(d.astype(dtype, copy=False)) if n else None

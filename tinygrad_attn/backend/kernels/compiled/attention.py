@@ -35,24 +35,38 @@ def _rows(s, *others):
     return (s.reshape(rows, n),) + tuple(o.reshape(rows, -1) for o in others)
 
 
+@njit(inline="always")
+def _scaled_masked(sr, r, keep, add, scale):
+    """sr = sr * scale (+ add's row), -inf where keep's row is False: plain loops over the
+    row, each of which LLVM vectorizes (a mask read as keep[r % rows, j] inside the
+    arithmetic's loop, with its branch, was not, and cost the kernel half its time)."""
+    n = sr.shape[0]
+    if add is not None:
+        ar = add[r % add.shape[0]]
+        for j in range(n):
+            sr[j] = sr[j] * scale + ar[j]
+    else:
+        for j in range(n):
+            sr[j] = sr[j] * scale
+    if keep is not None:
+        kr = keep[r % keep.shape[0]]
+        hidden = in_dtype_of(sr, -np.inf)
+        for j in range(n):
+            sr[j] = sr[j] if kr[j] else hidden
+
+
 @njit(**PAR)
 def _block_forward(s, m, l, acc, keep, add, scale):
-    """The scores are scaled, masked and written, and their max taken, in one loop; a
-    row's max in a loop of its own, or through a helper, made the kernel 1.5-2.5 times
-    slower. A row with a nan score gives a nan output row, as the reference does (its p,
-    then l and acc, are nan), though its running max may differ from the reference's."""
+    """A row with a nan score gives a nan output row, as the reference does (its p, then
+    l and acc, are nan), though its running max may differ from the reference's. acc may
+    have no columns (a strip of one key block: nothing to rescale)."""
     rows, n = s.shape
     for r in prange(rows):
         sr = s[r]
-        top = in_dtype_of(s, -np.inf)
-        for j in range(n):
-            v = sr[j] * scale
-            if add is not None:
-                v = v + add[r % add.shape[0], j]
-            if keep is not None and not keep[r % keep.shape[0], j]:
-                v = in_dtype_of(s, -np.inf)
-            sr[j] = v
-            top = max(top, v)
+        _scaled_masked(sr, r, keep, add, scale)
+        top = sr[0]
+        for j in range(1, n):
+            top = max(top, sr[j])
         old = m[r, 0]
         new = max(top, old)
         safe = new if new - new == 0 else in_dtype_of(s, 0.0)  # no key yet: 0, not -inf
@@ -60,8 +74,9 @@ def _block_forward(s, m, l, acc, keep, add, scale):
             sr[j] = vexp(sr[j] - safe)
         c = in_dtype_of(s, math.exp(old - safe))  # one per row: the C library's exp
         l[r, 0] = l[r, 0] * c + _row_sum(sr, n)
-        for j in range(acc.shape[1]):
-            acc[r, j] *= c
+        ar = acc[r]
+        for j in range(ar.shape[0]):
+            ar[j] *= c
         m[r, 0] = new
 
 
@@ -80,14 +95,9 @@ def _block_probs(s, lse, keep, add, scale):
     rows, n = s.shape
     for r in prange(rows):
         sr, lr = s[r], lse[r, 0]
+        _scaled_masked(sr, r, keep, add, scale)  # hidden: -inf, whose exp is 0
         for j in range(n):
-            v = sr[j] * scale
-            if add is not None:
-                v = v + add[r % add.shape[0], j]
-            v = vexp(v - lr)
-            if keep is not None and not keep[r % keep.shape[0], j]:
-                v = in_dtype_of(s, 0.0)
-            sr[j] = v
+            sr[j] = vexp(sr[j] - lr)
 
 
 def attention_block_probs(s, lse, keep, add, scale):
