@@ -25,6 +25,16 @@ on the first step.
     python benchmarks/start_time.py --quick           # 1 repeat, batch 2
     python benchmarks/start_time.py --during-compile 4 --batch 4
                                    # steps while the compiler runs (interleaved, 4 cycles)
+    python benchmarks/start_time.py --main 100 --repeat 2
+                                   # the main command itself: examples/train_gpt.py
+
+--main STEPS times the README's main command, `examples/train_gpt.py` with its defaults
+(--steps STEPS, no evaluation or sample), each repeat with two new empty numba caches:
+"cold" on the first (the first run after installing: it compiles while it trains; a run
+shorter than the compile ends with the worker killed mid-way, so give it the default 600
+steps for the whole cost), then on the second `examples/compile_kernels.py`, the run
+after it, and the run again ("warm", the baseline). "CPU" counts the process and its
+children (the compiler's worker), which a loaded machine disturbs less than wall time.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,6 +225,58 @@ def table(runs: dict, steps: int) -> str:
     return "\n".join(lines)
 
 
+def _timed(command: list, env: dict) -> tuple[float, float]:
+    """(wall s, CPU s of the command and its children) of one command."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def main_command(steps: int, repeat: int) -> str:
+    """The --main table: examples/train_gpt.py cold, warm and prepared."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TINYGRAD_ATTN_KERNELS", "NUMBA_CACHE_DIR")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    rows: dict = {"cold": [], "prepare": [], "prepared": [], "warm": []}
+    for rep in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="start-time-") as tmp:
+            train = [sys.executable, str(ROOT / "examples" / "train_gpt.py"), "--steps",
+                     str(steps), "--eval-every", "0", "--sample-tokens", "0",
+                     "--no-progress", "--overwrite", "--out", os.path.join(tmp, "run")]
+            for cache in ("a", "b"):
+                os.mkdir(os.path.join(tmp, cache))
+            run_a = {**env, "NUMBA_CACHE_DIR": os.path.join(tmp, "a")}
+            run_b = {**env, "NUMBA_CACHE_DIR": os.path.join(tmp, "b")}
+            rows["cold"].append(_timed(train, run_a))
+            rows["prepare"].append(_timed([sys.executable, str(ROOT / "examples" /
+                                                               "compile_kernels.py")], run_b))
+            rows["prepared"].append(_timed(train, run_b))
+            rows["warm"].append(_timed(train, run_b))
+        print(f"repeat {rep + 1}/{repeat} done", flush=True)
+    warm_wall = statistics.median(w for w, _ in rows["warm"])
+    warm_cpu = statistics.median(c for _, c in rows["warm"])
+    lines = [f"examples/train_gpt.py --steps {steps} (defaults otherwise, no evaluation or "
+             f"sample); median of {repeat} fresh processes per row, interleaved", "",
+             "| run | wall s | vs warm s | CPU s | vs warm CPU s | each wall s |",
+             "|---|---:|---:|---:|---:|---|"]
+    what = {"cold": "cold (empty cache)", "prepare": "examples/compile_kernels.py (empty "
+            "cache)", "prepared": "after compile_kernels.py", "warm": "warm (the same again)"}
+    for key, label in what.items():
+        wall = statistics.median(w for w, _ in rows[key])
+        cpu = statistics.median(c for _, c in rows[key])
+        vs = (f"{wall - warm_wall:+.1f} | {cpu:.1f} | {cpu - warm_cpu:+.1f}"
+              if key != "prepare" else f"- | {cpu:.1f} | -")
+        lines.append(f"| {label} | {wall:.1f} | {vs} | "
+                     f"{' '.join(f'{w:.1f}' for w, _ in rows[key])} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=8)
@@ -223,7 +286,12 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", default=None, help="also write the table to this path")
     p.add_argument("--during-compile", type=int, default=0, metavar="CYCLES",
                    help="instead: step times while the background compiler runs")
+    p.add_argument("--main", type=int, default=0, metavar="STEPS",
+                   help="instead: the main command (examples/train_gpt.py), cold and warm")
     args = p.parse_args(argv)
+    if args.main:
+        print(main_command(args.main, args.repeat))
+        return 0
     if args.quick:
         args.batch, args.repeat = 2, 1
     if args.during_compile:
