@@ -133,8 +133,9 @@ def bench_steps(repeat):
                 times[n].append(time.perf_counter() - t0)
         ratio = statistics.median(p / t for p, t in zip(times["plain"], times["adaptive"]))
         print(f"small GPT step ({attn}): off {statistics.median(times['plain']) * 1e3:.1f} ms, "
-              f"on {statistics.median(times['both']) * 1e3:.1f} ms, median pair ratio "
-              f"off/on x{ratio:.3f} ({repeat} pairs, load {os.getloadavg()[0]:.1f})")
+              f"on {statistics.median(times['adaptive']) * 1e3:.1f} ms, median pair ratio "
+              f"off/on x{ratio:.3f} ({repeat} pairs, load {os.getloadavg()[0]:.1f}; splits "
+              f"so far {threads._stacked['splits']}, lost {threads._stacked['lost']})")
     _set("adaptive")
 
 

@@ -230,8 +230,9 @@ def matmul(xp, a, b):
 # that took longer than WON_BELOW of its chunks' time run one after another (estimated from
 # the fastest chunk) turns splitting off for the next calls (1, 2, 4, ... up to
 # BACKOFF_MAX of them), and one that won turns it on again.
-SPLIT_MAX_MNK = 1 << 18       # m * n * k of one matrix: OpenBLAS runs these on one thread
-SPLIT_MIN_MNK = 1 << 20       # the whole product at least: waking a thread costs ~20 us
+SPLIT_MAX_MNK = 1 << 18  # m * n * k of one matrix: about where OpenBLAS starts threading one
+SPLIT_MIN_MNK = 1 << 20  # the whole product at least: below, the split's own Python (tens of
+#                          microseconds) is a large part of the work
 CHUNKS_PER_THREAD = 2
 WON_BELOW = 0.75
 BACKOFF_MAX = 256
