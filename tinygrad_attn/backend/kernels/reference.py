@@ -206,7 +206,8 @@ def causal_softmax_block(s, P, scale) -> None:
     xp = _array_module(s)
     bq, i1 = s.shape[-2:]
     i0 = i1 - bq
-    z = s * s.dtype.type(scale)
+    z = s.astype(np.float32) if _is_half(s) else s.copy()  # float16: summed in float32
+    z *= z.dtype.type(scale)
     xp.copyto(z, -np.inf, where=xp.triu(xp.ones((bq, i1), dtype=bool), i0 + 1))
     if z.size:
         _softmax_inplace(z)
@@ -221,10 +222,16 @@ def causal_softmax_block_backward(dp, P, scale) -> None:
     xp = _array_module(dp)
     bq, i1 = dp.shape[-2:]
     p = P[..., i1 - bq:i1, :i1]
-    dp -= xp.sum(dp * p, axis=-1, keepdims=True)
-    dp *= p
+    if _is_half(dp):  # float16: the row sums in float32, the result rounded once
+        d, p = dp.astype(np.float32), p.astype(np.float32)
+    else:
+        d = dp
+    d -= xp.sum(d * p, axis=-1, keepdims=True)
+    d *= p
     if scale != 1:
-        dp *= dp.dtype.type(scale)
+        d *= d.dtype.type(scale)
+    if d is not dp:
+        dp[...] = d
 
 
 # ----------------------------------------------------------------------------- attention
