@@ -303,7 +303,11 @@ def machine() -> str:
                          if ln.startswith("model name")), name)
     except OSError:
         pass
-    return f"{name}, {os.cpu_count()} CPUs, Python {platform.python_version()}."
+    try:
+        load = f"; load average (1 min) at the end {os.getloadavg()[0]:.1f}"
+    except OSError:
+        load = ""
+    return f"{name}, {os.cpu_count()} CPUs, Python {platform.python_version()}{load}."
 
 
 def parse(argv):
@@ -345,7 +349,8 @@ def main(argv=None) -> int:
         init = "" if args.own_init else os.path.join(tmp, "init.npz")
         runs = []
         for engine in args.engine_list:
-            print(f"--- {engine}: its own process, alone", flush=True)
+            print(f"--- {engine}: its own process, alone (load average now "
+                  f"{os.getloadavg()[0]:.1f})", flush=True)
             runs.append(launch(engine, args, tmp, init, write_init=engine == "ours"))
     text = report(runs, args.steps, summary, args)
     print()

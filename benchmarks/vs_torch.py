@@ -507,6 +507,21 @@ def machine_line(threads: int, blas: int | None, peaks: tuple[float, float], n: 
             f"used {max(t, npk):.0f}.")
 
 
+def load_line() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "unknown"
+
+
+def busy() -> bool:
+    """Other work on the machine: a 1-minute load average above half its CPUs."""
+    try:
+        return os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1) + 1
+    except OSError:
+        return False
+
+
 def blas_timeout() -> str:
     """The OPENBLAS_THREAD_TIMEOUT NumPy's OpenBLAS loaded with (2^N cycles of spinning
     after a GEMM before its workers sleep)."""
@@ -654,17 +669,27 @@ def main(argv=None) -> int:
                 "so torch's steps run under it too)." if kept else
                 " Host memory: glibc's defaults (freed large blocks go back to the system).")
     print(machine, flush=True)
+    load_before = load_line()
 
     rows, warnings = run_rows(ref, args, peak, device)
 
+    machine += f" Load average (1 min) at the start {load_before}, at the end {load_line()}."
+    if busy():
+        warnings.append(f"WARNING: the machine was busy (load average above half its "
+                        f"{os.cpu_count()} CPUs): other jobs shared the cores, and torch's "
+                        "OpenMP team suffers most from that; rerun on a quiet machine.")
     parts = [machine, table(rows), NOTES.rstrip()]
     if warnings:
         parts.append("\n".join(warnings))
     text = "\n\n".join(parts)
     print()
+    print(machine)
+    print()
     print(table(rows))
     print()
     print(NOTES.rstrip())
+    for w in warnings:
+        print(w)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
         print(f"\nwrote {args.markdown}")
