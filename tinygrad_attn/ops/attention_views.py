@@ -36,7 +36,7 @@ from .registry import op
 
 # query rows per block; a T at or under FULL_PRODUCT_T is one block: the whole product,
 # where the skipped tiles are fewer than the extra calls cost (benchmarks/attention_tiles.py)
-DEFAULT_BLOCK_SIZE = 64
+DEFAULT_BLOCK_SIZE = 32
 FULL_PRODUCT_T = 64
 
 
@@ -186,7 +186,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None
     q, k: (..., T, D), v: (..., T, Dv), their leading dims broadcast (a grouped-query
     attention's k and v may have a size-1 group dim). scale defaults to 1 / sqrt(D).
     Dropout acts while `training` and dropout_p > 0, with a mask drawn from `generator`
-    (the engine's by default). block_size: query rows per block of scores (default 64;
+    (the engine's by default). block_size: query rows per block of scores (default 32;
     T <= 64 runs as one block, the whole product). Causal only: for another mask, compose
     masked_softmax, or call scaled_dot_product_attention.
     """
