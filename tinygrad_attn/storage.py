@@ -109,7 +109,18 @@ def _out_of_memory(nbytes, device, dtype, shape, live, cap):
 
 def wrap_array(arr, copy_reason: str | None = None):
     """(storage, shape, strides, offset) for a freshly computed array, without copying it."""
-    if arr.flags.c_contiguous:  # the common case, kept short: every op result comes here
+    if type(arr) is _HOST_ARRAY and arr.flags.c_contiguous:  # every CPU op result, kept short
+        shape = arr.shape
+        key = (arr.dtype, arr.strides)
+        layout = _host_layouts.get(key)
+        if layout is None:
+            layout = _host_layout(arr, key)
+        device, dtype, strides = layout
+        if arr.size == 0:  # NumPy gives an empty array all-zero strides; torch, contiguous ones
+            strides = shp.contiguous_strides(shape)
+        storage = Storage(arr.ravel(), device, dtype, copy_reason, shape)
+        return storage, shape, strides, 0
+    if arr.flags.c_contiguous:
         itemsize = arr.itemsize
         flat, strides = arr.reshape(-1), tuple([s // itemsize for s in arr.strides])
     else:
@@ -123,3 +134,20 @@ def wrap_array(arr, copy_reason: str | None = None):
         strides = shp.contiguous_strides(shape)
     storage = Storage(flat, backend.device_of(arr), backend.dtype_of(arr), copy_reason, shape)
     return storage, shape, strides, 0
+
+
+# What wrap_array derives from a C-contiguous NumPy array's dtype and byte strides (its
+# device, DType and strides in elements), kept per (dtype, strides): the same few layouts
+# come back on every op call, and deriving them costs more than the lookup.
+_HOST_ARRAY = backend.ndarray_types[0]  # NumPy's array type (the first of them, always)
+_host_layouts: dict = {}
+
+
+def _host_layout(arr, key) -> tuple:
+    if len(_host_layouts) > 4096:  # a program of many shapes: start over, stay small
+        _host_layouts.clear()
+    itemsize = arr.itemsize
+    layout = (backend.device_of(arr), backend.dtype_of(arr),
+              tuple([s // itemsize for s in arr.strides]))
+    _host_layouts[key] = layout
+    return layout

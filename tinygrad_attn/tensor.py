@@ -552,7 +552,13 @@ _new = object.__new__
 def _make(storage: Storage, shape, strides, offset: int, data=None, base=None) -> Tensor:
     """A Tensor over an existing storage: this is how every view is born (no allocation)."""
     t = _new(Tensor)
-    _init(t, storage, shape, strides, offset, data)
+    t._storage = storage  # _init's work, written out: every op result and view comes here
+    t._shape = shape
+    t._strides = strides
+    t._offset = offset
+    t._data = data
+    t.dtype = storage.dtype
+    t.device = storage.device
     if base is not None:
         t._base = base if base._base is None else base._base
         t._view_version = storage.version
@@ -561,13 +567,17 @@ def _make(storage: Storage, shape, strides, offset: int, data=None, base=None) -
 
 def from_array(arr, copy_reason: str | None = None) -> Tensor:
     """Wrap a freshly computed numpy/cupy array as a Tensor over a new Storage (no copy)."""
-    if not backend.is_array(arr):  # numpy returns scalars from reductions of 0-d arrays
+    if type(arr) is not _HOST_ARRAY and not backend.is_array(arr):
+        # numpy returns scalars from reductions of 0-d arrays
         recorded = getattr(arr, "_as_recorded", None)
         if recorded is not None:  # inside a create_graph backward: the array records ops
             return recorded()
         arr = backend.ensure_array(arr)
     storage, shape, strides, offset = wrap_array(arr, copy_reason)
     return _make(storage, shape, strides, offset, arr if offset == 0 else None)
+
+
+_HOST_ARRAY = backend.ndarray_types[0]  # NumPy's array type (the first of them, always)
 
 
 def _rebuild_tensor(storage: Storage, shape, strides, offset, requires_grad) -> Tensor:

@@ -15,6 +15,7 @@ import heapq
 import threading
 
 from .. import backend
+from ..backend.dtypes import quiet_fp_errors, restore_fp_errors
 from ..errors import DeviceMismatchError
 from ..memory import state as ledger_state
 from ..shape import has_internal_overlap, index_geometry, view_strides
@@ -169,7 +170,7 @@ def _root_grad(t: Tensor, g, op: str) -> Tensor:
         return from_array(_ones_like_array(t))
     if not isinstance(g, Tensor):
         raise TypeError(f"{op}: gradient must be a Tensor, got {type(g).__name__}")
-    if tuple(g.shape) != tuple(t.shape):
+    if g._shape != t._shape and tuple(g.shape) != tuple(t.shape):
         raise RuntimeError(
             f"{op}: gradient of shape {tuple(g.shape)} does not match output of shape "
             f"{tuple(t.shape)}"
@@ -189,16 +190,20 @@ def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None,
     mode on, its tensors seen as `Recorded` proxies) and gradients are summed out of place,
     so that every gradient has a graph of its own.
     """
-    if not create_graph:
-        with ledger_state.labelled(phase="backward"):
-            return _run_backward(roots, grad_roots, retain_graph, capture, False)
-    prev = GradMode.enabled, ledger_state.local.create_graph
-    GradMode.enabled = ledger_state.local.create_graph = True
+    here = ledger_state.local
+    labels = here.labels
+    here.labels = {**labels, "phase": "backward"}  # what labelled(phase=...) does, inline
     try:
-        with ledger_state.labelled(phase="backward"):
+        if not create_graph:
+            return _run_backward(roots, grad_roots, retain_graph, capture, False)
+        prev = GradMode.enabled, here.create_graph
+        GradMode.enabled = here.create_graph = True
+        try:
             return _run_backward(roots, grad_roots, retain_graph, capture, True)
+        finally:
+            GradMode.enabled, here.create_graph = prev
     finally:
-        GradMode.enabled, ledger_state.local.create_graph = prev
+        here.labels = labels
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -210,7 +215,7 @@ def _run_backward(roots, grad_roots, retain_graph, capture, create_graph):
     wanted = _Capture(capture)
     needed = _leading_to(edges, wanted) if wanted.at else None
     pending, held = _seed(edges, grad_roots, create_graph)
-    ready = _Ready(node for node, _ in edges if node not in consumers)
+    ready = _Ready([node for node, _ in edges if node not in consumers])
     late_free = [] if ledger_state.habits["late_free"] else None
     while ready:
         node = ready.pop()
@@ -218,13 +223,16 @@ def _run_backward(roots, grad_roots, retain_graph, capture, create_graph):
             continue  # autograd.grad: no input asked for is reached from here (torch's pruning)
         grads, owned = pending.pop(node, None) or _new_slots(node)
         _receive(node, grads, owned, wanted, held)
-        if isinstance(node, AccumulateGrad):
+        if type(node) is AccumulateGrad:
             _finish_leaf(node, grads, owned, wanted, create_graph)
             continue
-        wanted.take(node, grads)
-        _retain_grads(node, grads, owned)
+        if wanted.at:
+            wanted.take(node, grads)
+        if node._retained:
+            _retain_grads(node, grads, owned)
         results = _run_node(node, grads, create_graph)
-        _free(node, retain_graph, late_free)
+        if node._saved and not retain_graph:
+            _free(node, late_free)
         sharing = _Sharing(grads, owned, results)
         _hand_on(node, results, sharing, pending, consumers, ready, held, create_graph)
     return wanted.grads
@@ -248,7 +256,9 @@ class _Held:
 
 # ----------------------------------------------------------------------------- ordering
 def _root_edge(t: Tensor) -> tuple:
-    if t.grad_fn is None and not t.requires_grad:
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)  # gradient_edge(t), the common case inline
+    if not t.requires_grad:
         raise RuntimeError(
             f"backward: tensor of shape {tuple(t.shape)} does not require grad and has no "
             "grad_fn (was it created under no_grad, or from tensors without requires_grad?)"
@@ -259,7 +269,10 @@ def _root_edge(t: Tensor) -> tuple:
 def _count_consumers(edges: list) -> dict:
     """node -> how many edges lead into it, over the graph reachable from the roots."""
     consumers: dict = {}
-    stack = list(dict.fromkeys(node for node, _ in edges))  # each root node once
+    stack = []
+    for node, _ in edges:
+        if node not in stack:  # each root node once (identity: a Node has no __eq__)
+            stack.append(node)
     seen = set(stack)
     while stack:
         node = stack.pop()
@@ -309,9 +322,8 @@ class _Ready(list):
     """Nodes whose consumers have all run, most recently created first (a heap)."""
 
     def __init__(self, nodes):
-        super().__init__()
         for node in dict.fromkeys(nodes):
-            self.push(node)
+            heapq.heappush(self, (-node.seq, node.seq, node))
 
     def push(self, node: Node) -> None:
         heapq.heappush(self, (-node.seq, node.seq, node))
@@ -370,16 +382,19 @@ class _Capture:
 def _receive(node: Node, grads: list, owned: list, wanted: _Capture, held: _Held) -> None:
     """Turn the node's lazy gradients into tensors (a split takes a ReshapeGrad as it is,
     unless something outside the op will look at it), then run its tensors' hooks."""
-    keep_lazy = (node.fn is not None and node.fn.takes_lazy_grads and not node._pre_hooks
-                 and not node._retained and not wanted.at)
     g = None
     for i, g in enumerate(grads):
-        if type(g) in _LAZY and not (keep_lazy and type(g) is ReshapeGrad):
+        if type(g) in _LAZY and not (type(g) is ReshapeGrad and _keeps_lazy(node, wanted)):
             grads[i], owned[i] = g.materialize(), True
     if node._pre_hooks:
         _run_hooks(node._pre_hooks, grads, owned)
-    if not wanted.at and not isinstance(node, AccumulateGrad):
+    if not wanted.at and type(node) is not AccumulateGrad:
         held.arrived = g
+
+
+def _keeps_lazy(node: Node, wanted: _Capture) -> bool:
+    return (node.fn is not None and node.fn.takes_lazy_grads and not node._pre_hooks
+            and not node._retained and not wanted.at)
 
 
 def _run_hooks(hooks_by_output: dict, grads: list, owned: list) -> None:
@@ -421,7 +436,8 @@ def _finish_leaf(node: AccumulateGrad, grads: list, owned: list, wanted: _Captur
     if g is not None and var._hooks:
         _run_hooks({0: var._hooks}, grads, owned)
         g = grads[0]
-    wanted.take(node, grads)
+    if wanted.at:
+        wanted.take(node, grads)
     if wanted.grads is None and g is not None:
         _accumulate_leaf(var, g, owned[0], create_graph)
 
@@ -437,12 +453,15 @@ def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool, create_graph: bool = F
         else:
             var.grad = var.grad + g
         return
-    if var.grad is None:
-        if not owned or g.dtype != var.dtype:  # never alias another tensor's memory as .grad
+    if var._grad is None:
+        if not owned or g.dtype is not var.dtype:  # never alias another tensor's memory
             reason = "broadcast-grad" if 0 in g._strides else "grad-clone"
             g = from_array(backend.copy(g._array(), var.dtype), reason)
         g._storage.category = "gradient"
-        var.grad = g
+        if g._shape == var._shape and g.device == var.device and g is not var:
+            var._grad = g  # what the .grad setter's checks would pass (the dtype is var's)
+        else:
+            var.grad = g  # its error
     else:
         grad = var.grad  # may be a user's assignment: an expanded one would sum into one cell
         if 0 in grad._strides and has_internal_overlap(grad._shape, grad._strides):
@@ -456,13 +475,13 @@ def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool, create_graph: bool = F
 
 
 def _retain_grads(node: Node, grads: list, owned: list) -> None:
-    """Non-leaf tensors that asked for retain_grad() get their gradient as .grad."""
-    if node._retained:
-        for nr, ref in node._retained.items():
-            t = ref()
-            if t is not None and grads[nr] is not None:
-                t.grad = grads[nr] if t.grad is None else t.grad + grads[nr]
-                owned[nr] = False  # now visible as t.grad
+    """Non-leaf tensors that asked for retain_grad() get their gradient as .grad (called for
+    a node that has such tensors)."""
+    for nr, ref in node._retained.items():
+        t = ref()
+        if t is not None and grads[nr] is not None:
+            t.grad = grads[nr] if t.grad is None else t.grad + grads[nr]
+            owned[nr] = False  # now visible as t.grad
 
 
 def _run_node(node: Node, grads: list, create_graph: bool) -> tuple:
@@ -477,15 +496,22 @@ def _run_node(node: Node, grads: list, create_graph: bool) -> tuple:
 
 def _node_backward(node: Node, grads: list) -> tuple:
     """The node's backward: one gradient (or None) per input edge."""
-    if _count_is(grads, None) == len(grads):
+    missing = _count_is(grads, None)
+    if missing == len(grads):
         return (None,) * len(node.next_functions)
-    _materialize(node, grads)
-    prev = _relabel(op=node.name, scope=node.scope, call=id(node), grad_enabled=False)
+    if missing:
+        _materialize(node, grads)
+    # as in Function.apply: _relabel's work written out, and NumPy's warnings off
+    here, mode = ledger_state.local, GradMode
+    labels, enabled = here.labels, mode.enabled
+    here.labels = {**labels, "op": node.name, "scope": node.scope, "call": id(node)}
+    mode.enabled = False
+    quiet = quiet_fp_errors()
     try:
-        with backend.errstate(all="ignore"):  # as in Function.apply
-            results = node.fn.backward(node, *grads)
+        results = node.fn.backward(node, *grads)
     finally:
-        _restore(prev)
+        restore_fp_errors(quiet)
+        here.labels, mode.enabled = labels, enabled
     return _checked_results(node, results)
 
 
@@ -510,10 +536,11 @@ def _node_backward_recorded(node: Node, grads: list) -> tuple:
     seen = [None if g is None else Recorded(g) for g in grads]
     prev = _relabel(op=node.name, scope=node.scope, call=id(node), grad_enabled=True)
     recording_state.on = True
+    quiet = quiet_fp_errors()
     try:
-        with backend.errstate(all="ignore"):
-            results = node.fn.backward(node, *seen)
+        results = node.fn.backward(node, *seen)
     finally:
+        restore_fp_errors(quiet)
         recording_state.on = False
         _restore(prev)
     if not isinstance(results, tuple):
@@ -569,7 +596,8 @@ def _checked_results(node: Node, results) -> tuple:
         if g is None or edge is None:
             continue
         expected = node.input_shapes[i]
-        if tuple(g.shape) != tuple(expected):
+        shape = g._shape if type(g) is Tensor else g.shape
+        if shape != expected and tuple(shape) != tuple(expected):
             raise RuntimeError(
                 f"{node.name}: backward returned a gradient of shape {tuple(g.shape)} for input "
                 f"{i} of shape {tuple(expected)}"
@@ -578,10 +606,9 @@ def _checked_results(node: Node, results) -> tuple:
 
 
 # ----------------------------------------------------------------------------- freeing
-def _free(node: Node, retain_graph: bool, late_free: list | None) -> None:
-    """Drop the node's saved tensors now that its backward ran (unless retain_graph)."""
-    if retain_graph:
-        return
+def _free(node: Node, late_free: list | None) -> None:
+    """Drop the node's saved tensors now that its backward ran (called unless retain_graph,
+    for a node that saved some)."""
     if late_free is not None:  # the emulated habit: keep saved tensors to the end
         late_free.append(node._saved)
     node.release()
@@ -598,15 +625,18 @@ class _Sharing:
     __slots__ = ("shared_in", "returned")
 
     def __init__(self, grads: list, owned: list, results: tuple):
-        self.shared_in = [g._storage for g, own in zip(grads, owned)
-                          if g is not None and not own]
-        self.returned = [(g.grad if type(g) in _LAZY else g)._storage
-                         for g in results if g is not None]
+        shared_in, returned = [], []  # plain loops: a node's few gradients
+        for g, own in zip(grads, owned):
+            if g is not None and not own:
+                shared_in.append(g._storage)
+        for g in results:
+            if g is not None:
+                returned.append((g.grad if type(g) in _LAZY else g)._storage)
+        self.shared_in, self.returned = shared_in, returned
 
     def may_own(self, t: Tensor) -> bool:
         st = t._storage
-        return (_count_is(self.returned, st) == 1 and not _count_is(self.shared_in, st)
-                and _dense(t))
+        return st not in self.shared_in and self.returned.count(st) == 1 and _dense(t)
 
 
 def _hand_on(node: Node, results: tuple, sharing: _Sharing, pending: dict, consumers: dict,
@@ -619,13 +649,17 @@ def _hand_on(node: Node, results: tuple, sharing: _Sharing, pending: dict, consu
             continue
         nxt, nr = edge
         if g is not None:
-            base = g.grad if type(g) in _LAZY else g  # a lazy gradient's piece
+            lazy = type(g) in _LAZY
+            base = g.grad if lazy else g  # a lazy gradient's piece
             entry = pending.get(nxt)
             if entry is None:
                 entry = pending[nxt] = _new_slots(nxt)
             held.routed = (base, entry)
-            how = _accumulate(entry[0], entry[1], nr, g, sharing.may_own(base), create_graph)
-            if _tracers and type(g) in _LAZY:
+            slots, owned = entry
+            # whether the engine may own it matters only to the slot's first gradient
+            is_owned = slots[nr] is None and not create_graph and sharing.may_own(base)
+            how = _accumulate(slots, owned, nr, g, is_owned, create_graph)
+            if _tracers and lazy:
                 _tell_tracers("on_lazy", nxt, nr, g, how)
             if how != "first":
                 _notify("on_accumulate", nxt, nr, how, base.nbytes)
@@ -636,7 +670,8 @@ def _hand_on(node: Node, results: tuple, sharing: _Sharing, pending: dict, consu
 
 def _dense(t: Tensor) -> bool:
     """No element is reached twice (no stride-0 broadcast dim): safe to add into in place."""
-    return all(st != 0 or n == 1 for n, st in zip(t._shape, t._strides))
+    strides = t._strides
+    return 0 not in strides or all(st != 0 or n == 1 for n, st in zip(t._shape, strides))
 
 
 def _count_is(items, x) -> int:

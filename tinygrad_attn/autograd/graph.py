@@ -20,11 +20,12 @@ import itertools
 import threading
 import weakref
 
-from .. import backend
+from ..backend.dtypes import quiet_fp_errors, restore_fp_errors
 from ..memory import state as ledger_state
 from ..tensor import Tensor, _make
 
 _seq = itertools.count()
+_backward_names: dict = {}  # Function class -> its nodes' name ("AddBackward")
 
 
 # ----------------------------------------------------------------------------- grad mode
@@ -153,9 +154,10 @@ def is_grad_enabled() -> bool:
 def _relabel(grad_enabled: bool | None = None, **labels) -> tuple:
     """Set this thread's ledger labels (any of op, call, scope, phase: allocations carry them)
     and, if given, its grad mode; returns what `_restore` needs to put both back.
-    Function.apply and the engine's node run call the pair in a try/finally rather than a
-    with-statement: its extra frames cost a tenth of a small op's overhead. The labels are
-    swapped, not edited (memory/state.py): the previous dict is put back as it was."""
+    The recorded backward calls the pair in a try/finally rather than a with-statement (its
+    extra frames cost a tenth of a small op's overhead); Function.apply and the engine's
+    plain node run write the same steps out in place. The labels are swapped, not edited
+    (memory/state.py): the previous dict is put back as it was."""
     here, mode = ledger_state.local, GradMode
     prev = here.labels, mode.enabled
     here.labels = {**prev[0], **labels}
@@ -202,7 +204,13 @@ class Node:
 
     @property
     def name(self) -> str:
-        return f"{self.fn.__name__}Backward" if self.fn is not None else type(self).__name__
+        fn = self.fn
+        if fn is None:
+            return type(self).__name__
+        name = _backward_names.get(fn)  # made once per op: the engine labels every node run
+        if name is None:
+            name = _backward_names[fn] = f"{fn.__name__}Backward"
+        return name
 
     def __repr__(self) -> str:
         return f"<{self.name}>"
@@ -223,6 +231,7 @@ class Node:
                 continue
             producer = t.grad_fn
             if (producer is not None and producer is not self and producer._saved
+                    and producer.fn.policy is not None  # the usual op has none: no lookup
                     and policies.get(producer.fn.policy) == "recompute"
                     and t._output_nr == 0 and t._base is None):
                 saved.append(_Recipe(producer, t))
@@ -408,7 +417,7 @@ class AccumulateGrad(Node):
     """The node of a leaf tensor: adds the incoming gradient into `variable.grad`."""
 
     def __init__(self, variable: Tensor):
-        super().__init__(None)
+        self.fn = None  # Node.__init__(None), written out
         self.variable = variable
         self.seq = next(_seq)
 
@@ -492,18 +501,24 @@ class Function:
             return _apply_recorded(cls, args, kwargs)
         ctx = Node(cls)
         record = _connect_inputs(ctx, args)
-        prev = _relabel(op=cls.__name__, call=id(ctx), grad_enabled=False)
+        # _relabel's work, written out (this runs for every op call): the labels swapped for
+        # a new dict naming this op and call, grad mode off, and NumPy's floating-point
+        # warnings off, as torch is silent on log(0) = -inf, asin(2) = nan and 1/0 = inf:
+        # one place for every op's forward (and backward, in the engine), not a wrapper per
+        # function or a guard per kernel
+        here, mode = ledger_state.local, GradMode
+        labels, enabled = here.labels, mode.enabled
+        here.labels = {**labels, "op": cls.__name__, "call": id(ctx)}
+        mode.enabled = False
+        quiet = quiet_fp_errors()
         try:
-            # NumPy's floating-point warnings off, as torch is silent on log(0) = -inf,
-            # asin(2) = nan and 1/0 = inf: one place for every op's forward (and backward,
-            # in the engine), not a wrapper per function or a guard per kernel
-            with backend.errstate(all="ignore"):
-                out = cls.forward(ctx, *args, **kwargs)
+            out = cls.forward(ctx, *args, **kwargs)
         finally:
-            _restore(prev)
+            restore_fp_errors(quiet)
+            here.labels, mode.enabled = labels, enabled
         if record:
             ctx.seq = next(_seq)
-            ctx.scope = prev[0]["scope"]
+            ctx.scope = labels["scope"]
             if ctx._saved:
                 _unlink_saved_outputs(ctx, out)
                 _notify("on_save", ctx)
@@ -523,19 +538,25 @@ def _connect_inputs(ctx: Node, args: tuple) -> bool:
     if not GradMode.enabled:
         ctx.needs_input_grad = (False,) * len(args)
         return False
-    needs, record = [], False
+    needs = ()  # tuples grown in plain loops: an op's few arguments, no comprehension calls
     for a in args:
-        need = type(a) is Tensor and a.requires_grad
-        needs.append(need)
-        record = record or need
-    ctx.needs_input_grad = needs = tuple(needs)
-    if record:
-        edges, shapes = [], []
-        for a, need in zip(args, needs):
-            edges.append(_input_edge(a, ctx.fn) if need else None)
-            shapes.append(a._shape if need else None)
-        ctx.next_functions, ctx.input_shapes = tuple(edges), tuple(shapes)
-    return record
+        needs += (type(a) is Tensor and a.requires_grad,)
+    ctx.needs_input_grad = needs
+    if True not in needs:
+        return False
+    edges = shapes = ()
+    for a, need in zip(args, needs):
+        if need:
+            if a._base is not None or a.grad_fn is None:
+                edges += (_input_edge(a, ctx.fn),)
+            else:
+                edges += ((a.grad_fn, a._output_nr),)  # _input_edge's common case, inline
+            shapes += (a._shape,)
+        else:
+            edges += (None,)
+            shapes += (None,)
+    ctx.next_functions, ctx.input_shapes = edges, shapes
+    return True
 
 
 def _connect_outputs(ctx: Node, out, args: tuple):

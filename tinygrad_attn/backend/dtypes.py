@@ -226,12 +226,18 @@ def promote(*operands) -> DType:
             continue
         if isinstance(x, DType):
             tier, d = 0, x
-        elif hasattr(x, "ndim") and isinstance(getattr(x, "dtype", None), DType):
-            tier, d = (0 if x.ndim > 0 else 1), x.dtype
         else:
-            tier, d = 2, _wrapped(x)
-        tiers[tier] = d if tiers[tier] is None else promote_types(tiers[tier], d)
-    out = _combine(tiers[0], _combine(tiers[1], tiers[2]))
+            d = getattr(x, "dtype", None)
+            if isinstance(d, DType) and hasattr(x, "ndim"):
+                tier = 0 if x.ndim > 0 else 1
+            else:
+                tier, d = 2, _wrapped(x)
+        known = tiers[tier]
+        tiers[tier] = d if known is None or known is d else promote_types(known, d)
+    if tiers[1] is None and tiers[2] is None:  # tensors only: no lower tier to weigh
+        out = tiers[0]
+    else:
+        out = _combine(tiers[0], _combine(tiers[1], tiers[2]))
     if out is None:
         raise TypeError("promote: no operand to take a dtype from")
     return out
@@ -313,8 +319,51 @@ def errstate(**kwargs):
     """A context in which NumPy's floating-point warnings are set as `kwargs` say
     (np.errstate): torch computes log(0) = -inf and 0/0 = nan without a word, so the ops
     run their kernels under errstate(all="ignore"). CuPy never warns; the context only
-    touches NumPy's state."""
+    touches NumPy's state. Function.apply and the backward engine use the cheaper pair
+    below for that one setting."""
     return np.errstate(**kwargs)
+
+
+# NumPy 2 keeps a thread's floating-point error settings in one context variable, which
+# np.errstate sets on entering and resets on leaving; building the settings object is most
+# of its microsecond, paid twice per op (forward and backward). quiet_fp_errors sets the same
+# variable to the same "ignore all" settings, built once per settings it replaces (their
+# callback and buffer size carried over, as np.errstate(all="ignore") does), and skips the
+# set when they are already in force (an op applied inside another op or inside a backward).
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _fp_settings
+    from numpy._core.umath import _make_extobj
+except ImportError:  # pragma: no cover - another NumPy layout: np.errstate itself
+    _fp_settings = None
+_quiet_for = [(None, None)]  # (settings replaced last, their "ignore all" twin)
+
+
+def quiet_fp_errors():
+    """Make NumPy ignore floating-point errors in this thread, as errstate(all="ignore")
+    does; returns the token `restore_fp_errors` takes to put the previous settings back
+    (None when nothing changed). Call the pair in a try/finally."""
+    if _fp_settings is None:  # pragma: no cover
+        state = np.errstate(all="ignore")
+        state.__enter__()
+        return state
+    current = _fp_settings.get()
+    seen, quiet = _quiet_for[0]
+    if current is quiet:
+        return None
+    if current is not seen:
+        quiet = _make_extobj(all="ignore")  # from the settings in force: keeps their call
+        _quiet_for[0] = (current, quiet)
+    return _fp_settings.set(quiet)
+
+
+def restore_fp_errors(token) -> None:
+    """Undo quiet_fp_errors (its token)."""
+    if token is None:
+        return
+    if _fp_settings is None:  # pragma: no cover
+        token.__exit__(None, None, None)
+        return
+    _fp_settings.reset(token)
 
 
 def result_type(*dtypes: DType) -> DType:

@@ -124,6 +124,10 @@ class _Switches(_PerThread):
         own = getattr(self._local, "table", None)
         return self.defaults if own is None else own
 
+    def __getitem__(self, key):  # table()[key], one call: the engine reads switches per run
+        own = getattr(self._local, "table", None)
+        return (self.defaults if own is None else own)[key]
+
     def _swap(self, new: dict):
         previous = getattr(self._local, "table", None)
         self._local.table = new

@@ -13,7 +13,7 @@ from .registry import op
 
 
 def _shape(x):
-    return x.shape if type(x) is Tensor else ()
+    return x._shape if type(x) is Tensor else ()
 
 
 def _scalars(a, b):
@@ -37,6 +37,17 @@ def _in(x, dtype):
 def _binary_arrays(op: str, a, b, floating: bool = False):
     """(A, B, xp, dtype) of a binary op after device and broadcast checks: both operands in
     the result dtype (backend.promote; `floating`: at least the default float)."""
+    if (type(a) is Tensor and type(b) is Tensor and a.dtype is b.dtype
+            and a.device == b.device):
+        # the common case, decided without the general checks: promote gives the shared
+        # dtype whatever the two dims are, and each array is already in it
+        if a._shape != b._shape:
+            shp.broadcast_shapes(a._shape, b._shape, op=op)
+        dtype = backend.floating(a.dtype) if floating else a.dtype
+        A, B = a._array(), b._array()
+        if dtype is not a.dtype:
+            A, B = A.astype(dtype.np), B.astype(dtype.np)
+        return A, B, backend.xp_for(a.device), dtype
     device = check_same_device(op, a, b)
     operand(a, None), operand(b, None)  # a clear TypeError for a non-number operand
     broadcast_shape(op, a, b)
@@ -63,17 +74,25 @@ def check_integer_divisor(op: str, a, b, B, dtype) -> None:
 
 def _remember(ctx, a, b, dtype):
     """What every binary backward reads: operand shapes and dtypes, and the result dtype."""
-    ctx.shapes = (_shape(a), _shape(b))
-    ctx.dtypes = (a.dtype if type(a) is Tensor else None, b.dtype if type(b) is Tensor else None)
+    if type(a) is Tensor and type(b) is Tensor:  # the common case, without the helpers
+        ctx.shapes, ctx.dtypes = (a._shape, b._shape), (a.dtype, b.dtype)
+        ctx.scalars = (None, None)
+    else:
+        ctx.shapes = (_shape(a), _shape(b))
+        ctx.dtypes = (a.dtype if type(a) is Tensor else None,
+                      b.dtype if type(b) is Tensor else None)
+        ctx.scalars = _scalars(a, b)
     ctx.dtype = dtype
-    ctx.scalars = _scalars(a, b)
 
 
 def _grad(ctx, i, g) -> Tensor:
     """The gradient of operand i from `g` (a Tensor, passed on as it is when it already
     fits, or a fresh array): in the operand's own dtype, summed down to its shape."""
     dtype = ctx.dtypes[i]
-    g = unbroadcast(g if type(g) is Tensor else from_array(g), ctx.shapes[i])
+    if type(g) is not Tensor:
+        g = from_array(g)
+    if g._shape != ctx.shapes[i]:
+        g = unbroadcast(g, ctx.shapes[i])
     if dtype is None or g.dtype is dtype:
         return g
     # summed in the result dtype first, then cast (as torch; and the cast array is smaller)
@@ -85,8 +104,7 @@ def _saved(ctx, i, t):
     return _in(ctx.scalars[i] if t is None else t, ctx.dtype)
 
 
-def _wrap(arr) -> Tensor:
-    return from_array(arr)
+_wrap = from_array  # an array as a new tensor (the name the ops below read best with)
 
 
 def _float_in(x: Tensor):
@@ -531,10 +549,12 @@ def _times(other, alpha):  # add's and sub's alpha: other * alpha, then the sum
     return Mul.apply(other, alpha) if type(other) is Tensor else other * alpha
 
 @op(Add, Mul, method=True, ta=True)
-def add(x, other, *, alpha=1): return Add.apply(x, _times(other, alpha))
+def add(x, other, *, alpha=1):
+    return Add.apply(x, other if alpha == 1 else _times(other, alpha))
 
 @op(Sub, Mul, method=("sub", "subtract"), ta=("sub", "subtract"))
-def sub(x, other, *, alpha=1): return Sub.apply(x, _times(other, alpha))
+def sub(x, other, *, alpha=1):
+    return Sub.apply(x, other if alpha == 1 else _times(other, alpha))
 
 @op(Mul, method=("mul", "multiply"), ta=("mul", "multiply"))
 def mul(x, other): return Mul.apply(x, other)
