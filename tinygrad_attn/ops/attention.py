@@ -87,21 +87,6 @@ def _apply_dropout(xp, p, drop, batch, Tq, Tk, i0, i1, j0, j1):
     p *= p.dtype.type(drop[2])
 
 
-def _block_mask(xp, causal, mask, i0, i1, j0, j1):
-    """Bool (keep) or float (additive) mask of one (query block, key block), or None."""
-    keep = None
-    if causal and j1 - 1 > i0:  # some keys lie in the future of some queries here
-        rows = xp.arange(i0, i1)[:, None]
-        cols = xp.arange(j0, j1)[None, :]
-        keep = cols <= rows
-    if mask is None:
-        return keep, None
-    part = mask[..., i0:i1, j0:j1]
-    if part.dtype == bool:
-        return (part if keep is None else part & keep), None
-    return keep, part
-
-
 INNER_TILE = 64  # causal: the query strip's height, at most block_size (see _strips)
 
 
@@ -181,8 +166,9 @@ def _causal_keep(xp, rows, cols, offset):
     return keep
 
 
-def _tile_mask(xp, causal, mask, i0, i1, j0, j1):
-    """_block_mask's (keep, add) of rows i0:i1 and keys j0:j1, the causal keep cached."""
+def _block_mask(xp, causal, mask, i0, i1, j0, j1):
+    """Bool (keep) or float (additive) mask of rows i0:i1 and keys j0:j1, or None; the
+    causal keep comes from _causal_keep's cache."""
     keep = None
     if causal and j1 - 1 > i0:  # some keys lie in the future of some queries here
         keep = _causal_keep(xp, i1 - i0, j1 - j0, i0 - j0)
@@ -236,7 +222,7 @@ class ScaledDotProductAttention(Function):
             o = None
             for c0, c1 in chunks:
                 s = backend.matmul(xp, q_blk, Kt[..., c0:c1])
-                keep, add = _tile_mask(xp, is_causal, M, a, b, c0, c1)
+                keep, add = _block_mask(xp, is_causal, M, a, b, c0, c1)
                 # s becomes p; m, l (and acc, over several key blocks) move on, in place
                 backend.kernels.attention_block_forward(s, m, l, acc, keep, add, scale)
                 _apply_dropout(xp, s, dropout, B, Tq, Tk, a, b, c0, c1)  # after l's sum
@@ -291,7 +277,7 @@ class ScaledDotProductAttention(Function):
             for n, (c0, c1) in enumerate(chunks):
                 k_blk = K[..., c0:c1, :]
                 p = backend.matmul(xp, q_blk, Kt[..., c0:c1])
-                keep, add = _tile_mask(xp, causal, M, a, b, c0, c1)
+                keep, add = _block_mask(xp, causal, M, a, b, c0, c1)
                 backend.kernels.attention_block_probs(p, lse_blk, keep, add, scale)
                 ds = backend.matmul(xp, g_blk, Vt[..., c0:c1])
                 if drop is None:

@@ -98,7 +98,7 @@ def layer_norm_forward(x, weight, bias, eps):
 
 
 @njit(**_ROW_SUMS)
-def _layer_norm_bwd(g, x, rstd, w, gx, acc, part, nx, sums, chunks):
+def _layer_norm_bwd(g, x, rstd, w, gs, gx, acc, part, nx, sums, chunks):
     rows, n = g.shape
     for c in prange(chunks):
         lo, hi = c * rows // chunks, (c + 1) * rows // chunks
@@ -127,20 +127,22 @@ def _layer_norm_bwd(g, x, rstd, w, gx, acc, part, nx, sums, chunks):
                 m1, m2 = s1 / in_dtype_of(g, n), s2 / in_dtype_of(g, n)
                 for j in range(n):
                     gh = gr[j] * w[j] if w is not None else gr[j]
-                    gx[r, j] = (gh - m1 - ((xr[j] - m) * rs) * m2) * rs
+                    d = (gh - m1 - ((xr[j] - m) * rs) * m2) * rs
+                    gx[r, j] = d + gs[r, j] if gs is not None else d  # add_layer_norm's s
 
 
-def layer_norm_backward(g, x, rstd, weight, needs):
+def layer_norm_backward(g, x, rstd, weight, needs, gs=None):
     """(gx, gw, gb) from the saved x and rstd: one parallel pass over chunks of rows, each
     row's xhat rebuilt in registers; gw and gb from per-chunk partial sums added up at the
-    end (no g-sized temporary)."""
+    end (no g-sized temporary). With gs (add_layer_norm's gradient of s = x + residual),
+    it is added to each row of gx as that row is written: no second pass, no temporary."""
     rows, n = g.shape
     nx, nw, nb = (bool(v) for v in needs)
-    if x.shape != g.shape:
+    if x.shape != g.shape or (gs is not None and gs.shape != g.shape):
         return NotImplemented
     chunks, acc, part = _weight_partials(rows, 2, n, g.dtype)
     gx = np.empty_like(g) if nx else np.empty((0, n), g.dtype)
-    _layer_norm_bwd(g, x, rstd, weight, gx, acc, part, nx, nw or nb, chunks)
+    _layer_norm_bwd(g, x, rstd, weight, gs, gx, acc, part, nx, nw or nb, chunks)
     total = part.sum(axis=0).astype(g.dtype)
     return gx if nx else None, total[0] if nw else None, total[1] if nb else None
 
@@ -177,52 +179,10 @@ def add_layer_norm_forward(x, r, weight, bias, eps):
     return s, y, rstd
 
 
-@njit(**_ROW_SUMS)
-def _add_layer_norm_bwd(g, x, rstd, w, gs, gx, acc, part, nx, sums, chunks):
-    rows, n = g.shape
-    for c in prange(chunks):
-        lo, hi = c * rows // chunks, (c + 1) * rows // chunks
-        aw, ab = acc[c, 0], acc[c, 1]
-        for r in range(lo, hi):
-            gr, xr, rs = g[r], x[r], rstd[r, 0]
-            m = in_dtype_of(g, _row_stats(xr)[0])  # the forward's mean, to the bit
-            s1 = in_dtype_of(g, 0.0)
-            s2 = in_dtype_of(g, 0.0)
-            if sums:
-                for j in range(n):
-                    h = (xr[j] - m) * rs
-                    aw[j] += gr[j] * h
-                    ab[j] += gr[j]
-                    gh = gr[j] * w[j] if w is not None else gr[j]
-                    s1 += gh
-                    s2 += gh * h
-                _flush_partial(aw, part[c, 0], r, lo, hi)
-                _flush_partial(ab, part[c, 1], r, lo, hi)
-            else:
-                for j in range(n):
-                    gh = gr[j] * w[j] if w is not None else gr[j]
-                    s1 += gh
-                    s2 += gh * ((xr[j] - m) * rs)
-            if nx:
-                m1, m2 = s1 / in_dtype_of(g, n), s2 / in_dtype_of(g, n)
-                for j in range(n):
-                    gh = gr[j] * w[j] if w is not None else gr[j]
-                    d = (gh - m1 - ((xr[j] - m) * rs) * m2) * rs
-                    gx[r, j] = d + gs[r, j] if gs is not None else d
-
-
 def add_layer_norm_backward(g, s, rstd, weight, gs, needs):
-    """(gx, gw, gb): layer_norm_backward's one pass over chunks of rows, with the gradient
-    of s added to each row of gx as it is written (no second pass, no gx-sized temporary)."""
-    rows, n = g.shape
-    nx, nw, nb = (bool(v) for v in needs)
-    if s.shape != g.shape or (gs is not None and gs.shape != g.shape):
-        return NotImplemented
-    chunks, acc, part = _weight_partials(rows, 2, n, g.dtype)
-    gx = np.empty_like(g) if nx else np.empty((0, n), g.dtype)
-    _add_layer_norm_bwd(g, s, rstd, weight, gs, gx, acc, part, nx, nw or nb, chunks)
-    total = part.sum(axis=0).astype(g.dtype)
-    return gx if nx else None, total[0] if nw else None, total[1] if nb else None
+    """(gx, gw, gb) of add_layer_norm: layer_norm_backward on the saved s, with the
+    gradient of s added into gx in the same pass."""
+    return layer_norm_backward(g, s, rstd, weight, needs, gs)
 
 
 @njit(**_ROW_SUMS)
