@@ -327,6 +327,31 @@ def test_fork_while_another_thread_trains(kernels):
 
 
 @posix
+def test_fork_while_another_thread_holds_the_byte_counters():
+    # A thread inside a Storage's counter update when another thread forks: the child's
+    # first allocation must not wait forever on a lock whose holder it does not have.
+    res = _run("""
+        from tinygrad_attn.memory import state
+        held, go = threading.Event(), threading.Event()
+        def hold():
+            with state.lock:
+                held.set()
+                go.wait(0.5)  # the fork waits for the counters, then goes on
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait(10)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if ta.zeros(3).sum().item() == 0 else 3)
+        code = wait(pid, 30)
+        go.set()
+        t.join(10)
+        print(json.dumps({"code": code}))
+        """, fork=True)
+    assert res["code"] == 0
+
+
+@posix
 def test_fork_does_not_wait_for_the_background_compiler():
     """The background compiler holds its lock for a whole compile in this process (seconds);
     a fork used to wait for it, compile after compile."""

@@ -16,6 +16,7 @@ limit, the observers, and the byte counters, which `lock` keeps exact.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import MutableMapping
 
@@ -172,6 +173,25 @@ lock = threading.Lock()
 # time (reentrant: an observer's own allocations may free a Storage, whose event nests).
 observers: list = []
 observer_lock = threading.RLock()
+
+
+# A fork while another thread held either lock would leave it held forever in the child
+# (that thread does not exist there), and the child's first allocation would wait on it.
+# The forking thread takes both (observer_lock first, the order every thread takes them
+# in) and lets them go on both sides of the fork: the child's counters are whole.
+def _before_fork() -> None:
+    observer_lock.acquire()
+    lock.acquire()
+
+
+def _after_fork() -> None:
+    lock.release()
+    observer_lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                        after_in_child=_after_fork)
 
 
 class _Override:
