@@ -87,7 +87,7 @@ GROUPS = [
     ("distributed and multiprocessing", "multi-process training and data loading are not "
      "implemented yet (ta.distributed and nn.parallel raise a clear error on use)", "*",
      "distributed multiprocessing is_distributed DataParallel SyncBatchNorm "
-     "DistributedSampler share_memory_ is_shared get_worker_info"),
+     "share_memory_ is_shared get_worker_info"),
     ("device kernels other than CPU and CUDA-through-CuPy", "cuDNN, MIOpen, oneDNN, MPS, XPU, "
      "MTIA, Vulkan, XLA, IPU and streams/events: the engine runs NumPy on the CPU and CuPy on "
      "a GPU", "*",

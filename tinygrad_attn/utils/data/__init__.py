@@ -3,6 +3,8 @@
 Shuffling draws from a ta.Generator (`DataLoader(..., generator=ta.Generator().manual_seed(0))`
 is reproducible), whose stream is the engine's own: for one seed the shuffled order differs
 from torch's, while sequential batches, batch sizes, drop_last and collation are torch's.
+DistributedSampler is the same: its padding, dropping and split across ranks are torch's,
+applied to the engine's permutation for seed + epoch.
 """
 
 from .dataloader import DataLoader, default_collate, default_convert, get_worker_info
@@ -18,6 +20,7 @@ from .dataset import (
 )
 from .sampler import (
     BatchSampler,
+    DistributedSampler,
     RandomSampler,
     Sampler,
     SequentialSampler,
@@ -27,7 +30,7 @@ from .sampler import (
 
 __all__ = [
     "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
-    "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "StackDataset",
-    "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
+    "DistributedSampler", "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler",
+    "StackDataset", "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
     "default_collate", "default_convert", "get_worker_info", "random_split",
 ]

@@ -3,11 +3,13 @@ BatchSampler, of lists of them), drawing from a ta.Generator where they shuffle.
 
 from __future__ import annotations
 
+import math
+
 import tinygrad_attn as ta
 
 from ...creation import Generator, randint, randperm
 
-__all__ = ["BatchSampler", "RandomSampler", "Sampler", "SequentialSampler",
+__all__ = ["BatchSampler", "DistributedSampler", "RandomSampler", "Sampler", "SequentialSampler",
            "SubsetRandomSampler", "WeightedRandomSampler"]
 
 
@@ -150,3 +152,71 @@ class BatchSampler(Sampler):
         if self.drop_last:
             return len(self.sampler) // self.batch_size
         return (len(self.sampler) + self.batch_size - 1) // self.batch_size
+
+
+def _from_process_group(name: str) -> int:
+    """The world size or rank of the initialised process group, for an argument left None.
+    Without distributed support this is torch's RuntimeError; with it, an uninitialised
+    group is the distributed package's own error (torch's get_world_size raises it too)."""
+    from ... import distributed as dist
+
+    if not dist.is_available():
+        raise RuntimeError("Requires distributed package to be available")
+    return dist.get_world_size() if name == "num_replicas" else dist.get_rank()
+
+
+class DistributedSampler(Sampler):
+    """This process's share of the indices when num_replicas processes each load a part of
+    one dataset: the index list (shuffled with a generator seeded seed + epoch, the same on
+    every rank) is made a multiple of num_replicas long, by repeating its start or, with
+    drop_last, by cutting its tail, and rank r takes positions r, r + num_replicas, ...
+
+    Call set_epoch(epoch) before each epoch, or every epoch repeats one order. The order for
+    a seed is the engine's (ta.randperm), not torch's: see the package docstring."""
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle: bool = True,
+                 seed: int = 0, drop_last: bool = False) -> None:
+        if num_replicas is None:
+            num_replicas = _from_process_group("num_replicas")
+        if rank is None:
+            rank = _from_process_group("rank")
+        if rank >= num_replicas or rank < 0:
+            raise ValueError(f"Invalid rank {rank}, rank should be in the interval "
+                             f"[0, {num_replicas - 1}]")
+        self.dataset = dataset
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+        self.drop_last = drop_last
+        n = len(dataset)
+        if drop_last and n % num_replicas != 0:
+            # the largest multiple of num_replicas not above n, per replica (torch's formula)
+            self.num_samples = math.ceil((n - num_replicas) / num_replicas)
+        else:
+            self.num_samples = math.ceil(n / num_replicas)
+        self.total_size = self.num_samples * num_replicas
+        self.shuffle = shuffle
+        self.seed = seed
+
+    def __iter__(self):
+        n = len(self.dataset)
+        if self.shuffle:
+            gen = Generator()
+            gen.manual_seed(self.seed + self.epoch)
+            indices = randperm(n, generator=gen).tolist()
+        else:
+            indices = list(range(n))
+        if self.drop_last:
+            indices = indices[:self.total_size]
+        else:
+            pad = self.total_size - n
+            # a pad longer than the list (more replicas than items) repeats it whole
+            indices += (indices * math.ceil(pad / n))[:pad] if pad > n else indices[:pad]
+        return iter(indices[self.rank:self.total_size:self.num_replicas])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch that, added to seed, seeds the next shuffle."""
+        self.epoch = epoch
