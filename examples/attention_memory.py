@@ -48,7 +48,8 @@ SWITCHES = {  # ta.memory.emulate keyword -> the habit of the story it reproduce
 }
 ALL_SWITCHES = {k: v for d in SWITCHES.values() for k, v in d.items()}
 COLORS = {"parameter": "#4c72b0", "gradient": "#dd8452", "optimizer_state": "#8172b3",
-          "saved": "#c44e52", "activation": "#55a868", "temporary": "#937860"}  # prof.plot's
+          "saved": "#c44e52", "activation": "#55a868", "temporary": "#937860",
+          "bucket": "#da8bc3"}  # prof.plot's
 
 
 def story_config(quick: bool = False) -> nn.GPTConfig:

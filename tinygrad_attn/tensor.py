@@ -30,6 +30,7 @@ class Tensor:
     _view_version = 0
     _acc = None
     _hooks = None
+    _post_acc_hooks = None
     _retains_grad = False
     _no_grad_view = False  # a view made under no_grad of a tensor that requires grad
 
@@ -346,6 +347,22 @@ class Tensor:
             self._hooks = []
         self._hooks.append(hook)
         return _HookHandle(self._hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """hook(tensor) -> None, run after backward has added this leaf's gradient into its
+        .grad (the .grad is final for this backward; the hook may change it in place)."""
+        if not self.requires_grad:
+            raise RuntimeError("register_post_accumulate_grad_hook: cannot register a hook on "
+                               "a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            raise RuntimeError("register_post_accumulate_grad_hook: post accumulate grad hooks "
+                               "cannot be registered on non-leaf tensors")
+        from .autograd import _HookHandle
+
+        if self._post_acc_hooks is None:
+            self._post_acc_hooks = []
+        self._post_acc_hooks.append(hook)
+        return _HookHandle(self._post_acc_hooks, hook)
 
     def retain_grad(self) -> None:
         """Keep .grad for this non-leaf tensor after backward (taken after its hooks)."""

@@ -12,6 +12,7 @@ from .engine import (  # noqa: F401
     SliceGrad,
     backward,
     grad,
+    queue_callback,
     run_backward,
 )
 from .graph import (  # noqa: F401

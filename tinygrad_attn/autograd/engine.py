@@ -77,6 +77,8 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
         for t, g in zip(inputs, grads):
             if g is not None:
                 _accumulate_leaf(t, g, False, create_graph)
+                if t._post_acc_hooks and t.grad_fn is None:
+                    _run_post_accumulate_hooks(t)
         return
     run_backward(tensors, seeds, retain_graph=retain_graph, create_graph=create_graph)
 
@@ -193,17 +195,46 @@ def run_backward(roots, grad_roots, retain_graph: bool = False, capture=None,
     here = ledger_state.local
     labels = here.labels
     here.labels = {**labels, "phase": "backward"}  # what labelled(phase=...) does, inline
+    callbacks = _callbacks.stack
+    callbacks.append([])
     try:
         if not create_graph:
-            return _run_backward(roots, grad_roots, retain_graph, capture, False)
-        prev = GradMode.enabled, here.create_graph
-        GradMode.enabled = here.create_graph = True
-        try:
-            return _run_backward(roots, grad_roots, retain_graph, capture, True)
-        finally:
-            GradMode.enabled, here.create_graph = prev
+            result = _run_backward(roots, grad_roots, retain_graph, capture, False)
+        else:
+            prev = GradMode.enabled, here.create_graph
+            GradMode.enabled = here.create_graph = True
+            try:
+                result = _run_backward(roots, grad_roots, retain_graph, capture, True)
+            finally:
+                GradMode.enabled, here.create_graph = prev
+        queued = callbacks[-1]
+        while queued:  # a callback may queue another: it runs too, in order
+            queued.pop(0)()
+        return result
     finally:
+        callbacks.pop()
         here.labels = labels
+
+
+class _Callbacks(threading.local):
+    """Per thread, one list per backward running in it (a hook may run another backward):
+    the callbacks queue_callback added to it."""
+
+    def __init__(self):
+        self.stack = []
+
+
+_callbacks = _Callbacks()
+
+
+def queue_callback(fn) -> None:
+    """Run fn() once the backward now running in this thread has handed every gradient on,
+    before backward() returns (torch's Variable._execution_engine.queue_callback): where
+    DistributedDataParallel waits for its last all-reduce. Only during a backward."""
+    if not _callbacks.stack:
+        raise RuntimeError("queue_callback: only a backward in progress (a hook running inside "
+                           "it) can queue a callback; none is running in this thread")
+    _callbacks.stack[-1].append(fn)
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -440,6 +471,18 @@ def _finish_leaf(node: AccumulateGrad, grads: list, owned: list, wanted: _Captur
         wanted.take(node, grads)
     if wanted.grads is None and g is not None:
         _accumulate_leaf(var, g, owned[0], create_graph)
+        if var._post_acc_hooks:
+            _run_post_accumulate_hooks(var)
+
+
+def _run_post_accumulate_hooks(var: Tensor) -> None:
+    """Tensor.register_post_accumulate_grad_hook: hook(var) once var.grad holds the sum (what
+    DistributedDataParallel starts a bucket's all-reduce from). A hook returns None."""
+    for hook in tuple(var._post_acc_hooks):
+        if hook(var) is not None:
+            raise RuntimeError(
+                "Tensor post accumulate grad hooks should return None. (The hook was given "
+                f"the tensor of shape {tuple(var.shape)}; it may change its .grad in place.)")
 
 
 def _accumulate_leaf(var: Tensor, g: Tensor, owned: bool, create_graph: bool = False) -> None:

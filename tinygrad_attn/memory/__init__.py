@@ -14,6 +14,7 @@ it rebuilds, at any moment, the live bytes by category:
     temporary    allocated and freed inside one op invocation
     gradient     other backward allocations (partial gradients in flight)
     activation   everything else made in forward
+    bucket       DistributedDataParallel's flat gradient buckets (by tag)
 
 and flags copies (pure data movement) with their reason code. `set_limit` emulates a
 device of a given size; `memcheck` is gradcheck's memory counterpart for tests.

@@ -14,7 +14,8 @@ import contextlib
 from .. import backend
 from . import state
 
-CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved", "activation", "temporary")
+CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved", "activation", "temporary",
+              "bucket")
 TAGS = CATEGORIES  # what tag() accepts
 
 

@@ -378,7 +378,8 @@ class Profile:
             if not info["preexisting"] and sid not in t0:
                 continue
             cat = tr.category(sid, {})
-            if sid in ever_saved and cat not in ("parameter", "gradient", "optimizer_state"):
+            if sid in ever_saved and cat not in ("parameter", "gradient", "optimizer_state",
+                                                 "bucket"):
                 cat = "saved"
             out.append({"t0": t0.get(sid, 0), "t1": t1.get(sid), "bytes": info["bytes"],
                         "dtype": info["dtype"], "shape": info["shape"], "op": info["op"],

@@ -9,7 +9,8 @@ from __future__ import annotations
 from .counters import CATEGORIES, fmt_bytes
 
 _COLORS = {"parameter": "#4c72b0", "gradient": "#dd8452", "optimizer_state": "#8172b3",
-           "saved": "#c44e52", "activation": "#55a868", "temporary": "#937860"}
+           "saved": "#c44e52", "activation": "#55a868", "temporary": "#937860",
+           "bucket": "#da8bc3"}
 
 
 # ----------------------------------------------------------------------------- text report

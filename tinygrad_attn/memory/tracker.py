@@ -162,7 +162,7 @@ class Tracker:
         ref = self.refs.get(sid)
         st = ref() if ref is not None else None
         tag_ = st.category if st is not None else info["tag"]
-        if tag_ in ("parameter", "gradient", "optimizer_state"):
+        if tag_ in ("parameter", "gradient", "optimizer_state", "bucket"):
             return tag_
         if saved_count.get(sid, 0) > 0:
             return "saved"
