@@ -99,6 +99,25 @@ def test_only_backend_imports_numpy_or_cupy():
     assert not offenders, "\n".join(offenders)
 
 
+def test_only_the_mpi_backend_imports_mpi4py():
+    """mpi4py.MPI starts MPI when imported: one module imports it, lazily (backend/mpi.py)."""
+    offenders = []
+    allowed = ENGINE / "backend" / "mpi.py"
+    for path in sorted(ROOT.glob("tinygrad_attn/**/*.py")) + sorted(ROOT.glob("nn/**/*.py")):
+        if path == allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            for n in names:
+                if n.split(".")[0] == "mpi4py":
+                    offenders.append(f"{path.relative_to(ROOT)}: import {n}")
+    assert not offenders, "\n".join(offenders)
+
+
 def test_the_ledger_state_and_scopes_import_nothing_from_the_engine():
     """memory/state and memory/scopes sit below storage: they may import each other, nothing
     else of the engine (so storage, autograd and checkpoint can import them without cycles)."""
