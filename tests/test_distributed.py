@@ -47,7 +47,8 @@ del os.environ["WORLD_SIZE"]
 out["rank_arg_disagrees"] = raises(dist.init_process_group, rank=1, world_size=1)
 out["still_uninitialized"] = dist.is_initialized()
 
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+out["device_backends"] = raises(dist.init_process_group, "cpu:nccl,cuda:nccl")
+dist.init_process_group("cpu:gloo,cuda:nccl", timeout=datetime.timedelta(seconds=60))
 out["twice"] = raises(dist.init_process_group)
 out["query"] = [dist.is_initialized(), dist.get_rank(), dist.get_world_size(),
                 dist.get_backend(), dist.get_local_rank(), dist.get_node_local_rank(),
@@ -122,6 +123,7 @@ def test_calls_before_init_raise_torchs_errors(alone):
 
 def test_init_refuses_bad_backends_timeouts_and_a_launch_mpi_disagrees_with(alone):
     assert alone["bad_backend"] == ["AssertionError", "Unknown backend type foo"]
+    assert alone["device_backends"][0] == "ValueError"  # the CPU entry must be mpi or gloo
     kind, text = alone["nccl"]
     assert kind == "RuntimeError" and "NCCL backend is not built" in text and "'mpi'" in text
     assert alone["int_timeout"] == ["TypeError", "Expected timeout argument to be of type "
@@ -439,7 +441,8 @@ t = ta.ones(2, 3, dtype=ta.float64)
 start = time.perf_counter()
 failure = raises(dist.all_reduce, t)
 report({"failure": failure, "seconds": time.perf_counter() - start,
-        "next": raises(dist.broadcast, t, 0)})
+        "next": raises(dist.broadcast, t, 0), "destroy": raises(dist.destroy_process_group),
+        "initialized": dist.is_initialized()})
 '''
 
 
@@ -455,6 +458,10 @@ def test_a_collective_a_rank_never_joins_times_out_and_the_job_is_aborted_at_exi
     assert "another rank may have died or not called all_reduce" in text
     kind, text = r0["next"]
     assert kind == "RuntimeError" and "process group is broken" in text
+    kind, text = r0["destroy"]  # destroy cannot drain a stuck queue: it says so and forgets
+    assert kind == "RuntimeError" and "aborted when this process exits" in text
+    assert r0["initialized"] is False
+    assert "ta.distributed: rank 0: exiting with all_reduce" in ranks.stderr, str(ranks)
     assert "aborting the MPI job" in ranks.stderr, str(ranks)
 
 

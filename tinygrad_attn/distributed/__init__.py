@@ -202,6 +202,12 @@ _previous_excepthook = None
 # ----------------------------------------------------------------------------- setup
 def _backend_name(backend) -> str:
     name = "mpi" if backend is None else Backend(backend)
+    if ":" in name:  # torch's per-device form, "cpu:gloo,cuda:nccl": the CPU entry is used
+        pairs = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
+        if pairs.get("cpu") in ("mpi", "gloo"):
+            return Backend(pairs["cpu"])
+        raise ValueError(f"init_process_group: backend {name!r} names no CPU backend this "
+                         "engine has ('cpu:mpi' or 'cpu:gloo'; tensors stay on the CPU)")
     if name in ("mpi", "gloo"):
         return name
     if name == "nccl":
