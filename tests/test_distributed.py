@@ -438,11 +438,13 @@ dist.init_process_group()
 if dist.get_rank() == 1:
     time.sleep(60)  # never calls the all_reduce: rank 0's wait times out
 t = ta.ones(2, 3, dtype=ta.float64)
+early = dist.all_reduce(t, async_op=True)
+short = raises(early.wait, timeout=0.2)  # shorter than the group's: only reported
 start = time.perf_counter()
-failure = raises(dist.all_reduce, t)
-report({"failure": failure, "seconds": time.perf_counter() - start,
-        "next": raises(dist.broadcast, t, 0), "destroy": raises(dist.destroy_process_group),
-        "initialized": dist.is_initialized()})
+failure = raises(early.wait)
+report({"short": short, "short_completed": early.is_completed(), "failure": failure,
+        "seconds": time.perf_counter() - start, "next": raises(dist.broadcast, t, 0),
+        "destroy": raises(dist.destroy_process_group), "initialized": dist.is_initialized()})
 '''
 
 
@@ -451,6 +453,9 @@ def test_a_collective_a_rank_never_joins_times_out_and_the_job_is_aborted_at_exi
                       check=False)
     assert ranks.returncode != 0 and ranks.seconds < 30, str(ranks)  # no hang in Finalize
     r0 = ranks.results[0]
+    kind, text = r0["short"]
+    assert kind == "RuntimeError" and "within 0.2 s" in text and "may be called again" in text
+    assert r0["short_completed"] is False
     kind, text = r0["failure"]
     assert kind == "RuntimeError" and 1.5 <= r0["seconds"] < 10
     assert re.search(r"all_reduce \(tensor of shape \(2, 3\), float64\) did not finish "

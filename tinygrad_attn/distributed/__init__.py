@@ -160,14 +160,21 @@ class ProcessGroup:
         return None
 
     def _timed_out(self, work: Work, limit: float) -> RuntimeError:
+        """The error of a wait that ran out. Past the group's timeout the group is broken
+        (the collective is taken as lost); a shorter timeout given to wait() only reports."""
         rank, size = self.rank(), self.size()
+        where = (f"{work.op} ({work.describe}) did not finish within {limit:g} s on rank "
+                 f"{rank} of {size} (pid {os.getpid()}): another rank may have died or not "
+                 f"called {work.op} (every rank must issue the same collectives in the same "
+                 "order).")
+        if limit < self.timeout_s:
+            return RuntimeError(f"{where} It is still queued and this group's timeout "
+                                f"({self.timeout_s:g} s) has not run out: wait() may be "
+                                f"called again. Ranks' pids: {self._pid_list()}")
         self._broken = f"{work.op} ({work.describe}) timed out after {limit:g} s on rank {rank}"
         return RuntimeError(
-            f"{work.op} ({work.describe}) did not finish within {limit:g} s on rank {rank} of "
-            f"{size} (pid {os.getpid()}): another rank may have died or not called "
-            f"{work.op} (every rank must issue the same collectives in the same order). An "
-            "MPI collective cannot be cancelled: this process will abort the MPI job when it "
-            f"exits. Ranks' pids: {self._pid_list()}")
+            f"{where} An MPI collective cannot be cancelled: this process will abort the MPI "
+            f"job when it exits. Ranks' pids: {self._pid_list()}")
 
     def _pid_list(self) -> str:
         return ", ".join(f"{r}={pid}@{host}" for r, (pid, host) in enumerate(self._peers))
