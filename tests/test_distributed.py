@@ -444,7 +444,8 @@ start = time.perf_counter()
 failure = raises(early.wait)
 report({"short": short, "short_completed": early.is_completed(), "failure": failure,
         "seconds": time.perf_counter() - start, "next": raises(dist.broadcast, t, 0),
-        "destroy": raises(dist.destroy_process_group), "initialized": dist.is_initialized()})
+        "destroy": raises(dist.destroy_process_group), "again": raises(dist.init_process_group),
+        "initialized": dist.is_initialized()})
 '''
 
 
@@ -466,6 +467,8 @@ def test_a_collective_a_rank_never_joins_times_out_and_the_job_is_aborted_at_exi
     kind, text = r0["destroy"]  # destroy cannot drain a stuck queue: it says so and forgets
     assert kind == "RuntimeError" and "aborted when this process exits" in text
     assert r0["initialized"] is False
+    kind, text = r0["again"]  # the stuck collective still holds MPI: no new group
+    assert kind == "RuntimeError" and "cannot use MPI again" in text
     assert "ta.distributed: rank 0: exiting with all_reduce" in ranks.stderr, str(ranks)
     assert "aborting the MPI job" in ranks.stderr, str(ranks)
 

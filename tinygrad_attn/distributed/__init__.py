@@ -201,7 +201,7 @@ class group(metaclass=_WorldMeta):  # noqa: N801 - torch's name
 GroupMember = group
 
 _default: ProcessGroup | None = None
-_pending_abort: tuple | None = None  # (comm, reason) of a destroyed group that was broken
+_pending_abort: tuple | None = None  # (comm, reason, rank) of a destroyed, broken group
 _exit_hooks_installed = False
 _previous_excepthook = None
 
@@ -279,6 +279,10 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     global _default
     if _default is not None:
         raise ValueError("trying to initialize the default process group twice!")
+    if _pending_abort is not None:
+        raise RuntimeError(f"init_process_group: an earlier group broke ({_pending_abort[1]}) "
+                           "and its collective still holds MPI; this process cannot use MPI "
+                           "again (it aborts the job when it exits)")
     name = _backend_name(backend)
     timeout_s = _timeout_seconds(timeout)
     if device_id is not None and not str(device_id).startswith("cpu"):
@@ -339,14 +343,14 @@ def _abort(comm, rank: int, reason: str) -> None:
 def _at_exit() -> None:
     """Before mpi4py finalizes MPI: drain the queue; abort if a collective never finished."""
     pg = _default
-    if pg is not None:
+    if _pending_abort is not None:
+        comm, reason, rank = _pending_abort
+        _abort(comm, rank, f"exiting with {reason}")
+    elif pg is not None:
         if pg._broken is None and pg._drain(pg.timeout_s):
             pg._worker.stop()
             return
         _abort(pg._comm, pg.rank(), f"exiting with {pg._broken}")
-    elif _pending_abort is not None:
-        comm, reason, rank = _pending_abort
-        _abort(comm, rank, f"exiting with {reason}")
 
 
 def _abort_on_uncaught(exc_type, exc, tb) -> None:
