@@ -325,7 +325,7 @@ def destroy_process_group(group=None) -> None:
 def _install_exit_hooks() -> None:
     global _exit_hooks_installed, _previous_excepthook
     if not _exit_hooks_installed:
-        atexit.register(_at_exit)  # after mpi4py's import, so it runs before MPI_Finalize
+        atexit.register(_at_exit)  # mpi4py finalizes MPI from Py_AtExit, after every atexit hook
         _exit_hooks_installed = True
     if _default.size() > 1 and sys.excepthook is not _abort_on_uncaught:
         _previous_excepthook = sys.excepthook
