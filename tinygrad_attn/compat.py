@@ -10,6 +10,12 @@ installed: a finder placed first on `sys.meta_path` answers every `torch` name, 
 `from torch.nn.parallel import X` cannot load the real one behind the user's back. A name the
 engine lacks fails at its import with one line naming it (docs/differences.md lists the gaps).
 
+Launched by `mpiexec -n N python -m tinygrad_attn.compat SCRIPT`, each process gets the
+variables torchrun would have set (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), read from
+the MPI launcher's own (MPICH's PMI_RANK / PMI_SIZE / MPI_LOCALRANKID, Open MPI's
+OMPI_COMM_WORLD_*), so that a script written for torchrun finds itself data-parallel and
+its `init_process_group` runs on ta.distributed's MPI backend.
+
 `--memory-report` runs the script inside `ta.memory.profile(source_lines=True)` and prints
 the ledger's report when the script ends (also when it raises or calls sys.exit);
 `--memory-html PATH` writes the ledger's interactive viewer of the run to PATH. The script's
@@ -242,6 +248,34 @@ def _run_main(script: str, keep: list) -> int:
         return 130 if isinstance(e, KeyboardInterrupt) else 1
 
 
+# torchrun's variable -> the MPI launchers' names for the same number, in order of preference
+_MPI_LAUNCHER_ENV = {
+    "RANK": ("PMI_RANK", "OMPI_COMM_WORLD_RANK"),
+    "WORLD_SIZE": ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"),
+    "LOCAL_RANK": ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    "LOCAL_WORLD_SIZE": ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+}
+
+
+def torchrun_env_from_mpi(environ=None) -> dict:
+    """The torchrun variables an MPI launcher implies and `environ` lacks (set by main()).
+    Under no launcher, or when torchrun's own are there, nothing."""
+    environ = os.environ if environ is None else environ
+    if "RANK" in environ or "WORLD_SIZE" in environ:
+        return {}
+    found = {}
+    for name, sources in _MPI_LAUNCHER_ENV.items():
+        for src in sources:
+            if src in environ:
+                found[name] = environ[src]
+                break
+    if "RANK" not in found or "WORLD_SIZE" not in found:
+        return {}
+    found.setdefault("LOCAL_RANK", found["RANK"])  # a launcher that names no local rank
+    found.setdefault("LOCAL_WORLD_SIZE", found["WORLD_SIZE"])
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog=f"python -m {PROG}",
@@ -257,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"no such script: {opts.script}")
     if opts.memory_html and os.path.dirname(opts.memory_html):
         os.makedirs(os.path.dirname(opts.memory_html), exist_ok=True)
+    os.environ.update(torchrun_env_from_mpi())
     if not (opts.memory_report or opts.memory_html):
         return run_script(opts.script, opts.args)
 
