@@ -84,9 +84,11 @@ GROUPS = [
      "triangular_solve lobpcg pca_lowrank nuclear_norm frobenius_norm has_lapack"),
     ("special functions", "gamma-family and Bessel functions are out of scope", "*",
      "digamma* polygamma* lgamma* mvlgamma* igamma* igammac* i0 i0_ special"),
-    ("distributed and multiprocessing", "multi-process training and data loading are not "
-     "implemented yet (ta.distributed and nn.parallel raise a clear error on use)", "*",
-     "distributed multiprocessing is_distributed DataParallel SyncBatchNorm "
+    ("multiprocessing and single-process multi-device", "shared-memory tensors, "
+     "multi-process data loading and DataParallel are not implemented (data-parallel "
+     "training is ta.distributed on MPI and nn.parallel.DistributedDataParallel: "
+     "docs/distributed.md)", "*",
+     "multiprocessing is_distributed DataParallel SyncBatchNorm "
      "share_memory_ is_shared get_worker_info"),
     ("device kernels other than CPU and CUDA-through-CuPy", "cuDNN, MIOpen, oneDNN, MPS, XPU, "
      "MTIA, Vulkan, XLA, IPU and streams/events: the engine runs NumPy on the CPU and CuPy on "
@@ -176,7 +178,7 @@ GAPS = {
         index_reduce index_reduce_ inner is_inference is_meta is_same_size is_signed
         isneginf isposinf isreal kron lcm lcm_ ldexp ldexp_ logaddexp2 logit logit_
         msort nanquantile new_empty_strided nextafter nextafter_ nonzero_static positive
-        prelu put put_ quantile rad2deg rad2deg_ register_post_accumulate_grad_hook
+        prelu put put_ quantile rad2deg rad2deg_
         renorm renorm_ resize_ resize_as resize_as_ rot90 select_scatter signbit sinc
         sinc_ slice_scatter split_with_sizes squeeze_ sum_to_size swapaxes_ swapdims_ t_
         take tensor_split trace transpose_ unique unique_consecutive unsqueeze_ vdot

@@ -7,6 +7,7 @@ DistributedSampler is the same: its padding, dropping and split across ranks are
 applied to the engine's permutation for seed + epoch.
 """
 
+from . import distributed  # noqa: F401 - torch.utils.data.distributed, for its sampler
 from .dataloader import DataLoader, default_collate, default_convert, get_worker_info
 from .dataset import (
     ChainDataset,
