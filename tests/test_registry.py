@@ -27,7 +27,8 @@ NOT_OPS = {
     "backward", "data", "data_ptr", "detach", "detach_", "dim", "element_size", "get_device",
     "grad", "grad_fn", "is_contiguous", "is_cpu", "is_cuda", "is_leaf", "item", "itemsize",
     "nbytes", "ndim", "ndimension", "nelement", "new_empty", "new_full", "new_ones",
-    "new_tensor", "new_zeros", "numpy", "register_hook", "requires_grad", "requires_grad_",
+    "new_tensor", "new_zeros", "numpy", "register_hook", "register_post_accumulate_grad_hook",
+    "requires_grad", "requires_grad_",
     "retain_grad", "retains_grad", "shape", "shares_storage", "size", "storage",
     "storage_offset", "stride", "tolist", "untyped_storage",
 }
