@@ -33,11 +33,20 @@ a resume reads the file where the run found it, or --data FILE at a new path, an
 saying what changed, when the text is not the same. A --config TOML file holds flags by
 name (`n_layer = 6`, `lr = 1e-3`); flags on the command line override it, and its text is
 saved in the checkpoint.
+
+Data-parallel: `mpiexec -n N python examples/train_gpt.py ...` trains on N processes (the
+MPI backend of ta.distributed; pip install '.[distributed]'). --batch-size stays the global
+batch and must be divisible by N; each rank trains on its N-th of every batch. Rank 0 alone
+prints, shows the progress bar, takes the lock and writes the checkpoint. A run resumes
+exactly on the same N, and on another N when --dropout is 0 (the batches are the same on
+any N; the dropout masks of ranks > 0 are each rank's own).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import os
@@ -62,6 +71,7 @@ from nn.trainer import (
     RunLocked,
     TrainConfig,
     Trainer,
+    broadcast_text,
 )
 
 RUNS = "runs"  # the default --out is a new directory in it: runs/DATE-TIME
@@ -219,10 +229,71 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     return p
 
 
+# ----------------------------------------------------------------------------- ranks
+LAUNCH_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE")  # what launchers set
+
+
+def _launched_on_ranks() -> bool:
+    """Whether a launcher (mpiexec) started this process as one of several."""
+    for name in LAUNCH_SIZE:
+        try:
+            if int(os.environ.get(name, "1")) > 1:
+                return True
+        except ValueError:
+            pass
+    return False
+
+
+def _dist():
+    import tinygrad_attn.distributed as dist
+
+    return dist
+
+
+def _world() -> tuple[int, int]:
+    """(world size, rank); (1, 0) on one process."""
+    dist = _dist()
+    if not dist.is_initialized():
+        return 1, 0
+    return dist.get_world_size(), dist.get_rank()
+
+
+def _say(*args, **kwargs) -> None:
+    """print, on rank 0 only: it speaks for the run."""
+    if _world()[1] == 0:
+        print(*args, **kwargs)
+
+
+def _on_rank0(check) -> None:
+    """Run `check` on rank 0 alone (the out directory, its lock and its disk are rank 0's).
+    On several ranks every rank then learns whether it failed, so that none goes on alone
+    into training: the others exit with rank 0's status, quietly (rank 0 said why)."""
+    world, rank = _world()
+    if world == 1:
+        check()
+        return
+    failure, status = None, 0
+    if rank == 0:
+        try:
+            check()
+        except SystemExit as e:
+            failure, status = e, e.code if isinstance(e.code, int) else 1
+        except BaseException as e:
+            failure, status = e, 1
+    dist = _dist()
+    code = ta.tensor([status], dtype=ta.int64)
+    dist.broadcast(code, src=0)
+    if failure is not None:
+        raise failure
+    if int(code.item()):
+        raise SystemExit(int(code.item()))
+
+
 def _fail(message: str, status: int = 2) -> None:
     """An error in the arguments or the run's files: a message and exit status 2, no
-    traceback (as argparse does for a bad flag); status 1 for a save that failed."""
-    print(f"train_gpt.py: error: {message}", file=sys.stderr)
+    traceback (as argparse does for a bad flag); status 1 for a save that failed. On
+    several ranks only rank 0 prints: every rank meets the same error there."""
+    _say(f"train_gpt.py: error: {message}", file=sys.stderr)
     raise SystemExit(status)
 
 
@@ -417,7 +488,28 @@ def _stop_at_once(signum, frame) -> None:
 
 
 def main(argv=None) -> Trainer:
-    args, given = parse_args(argv)
+    """Train (or resume) per the command line. Launched by mpiexec on several ranks, it
+    makes the process group first and destroys it at the end (unless the caller made it)."""
+    owns_group = _launched_on_ranks() and not _dist().is_initialized()
+    if owns_group:
+        try:
+            _dist().init_process_group("mpi")
+        except RuntimeError as e:  # no mpi4py, or a launch MPI does not see
+            _fail(str(e))
+    try:
+        return _main_of_rank(argv)
+    finally:
+        if owns_group:
+            _dist().destroy_process_group()
+
+
+def _main_of_rank(argv) -> Trainer:
+    if _world()[1] == 0:
+        args, given = parse_args(argv)
+    else:  # --help and a flag's error: once, from rank 0 (every rank parses the same argv)
+        with contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            args, given = parse_args(argv)
     if args.device != "cpu" and not ta.cuda.is_available():
         _fail(f"--device {args.device}: no CUDA GPU here (CuPy missing or no device); "
               "use --device cpu")
@@ -449,6 +541,8 @@ def _interrupted(e: KeyboardInterrupt, run: _Run) -> None:
     signum = getattr(e, "signum", signal.SIGINT)
     name = signal.Signals(signum).name
     path = getattr(e, "path", None)
+    if _world()[1] != 0:  # rank 0 says where the run stopped
+        raise SystemExit(128 + signum)
     if path is not None:
         total = f" of {run.total}" if run.total else ""
         print(f"train_gpt.py: {name}: stopped at step {e.step}{total}; checkpoint saved to "
@@ -471,22 +565,28 @@ def _main(args, given: set, run: _Run) -> Trainer:
     if args.config_text is not None:
         trainer.metadata["config_file"] = json.dumps({"path": os.path.abspath(args.config),
                                                       "text": args.config_text})
-    need, free = trainer.checkpoint_bytes(), shutil.disk_usage(run.out).free
-    if free < need:
-        _fail(f"--out {run.out}: {_size(free)} free on its filesystem, and a checkpoint of "
-              f"this model needs about {_size(need)}")
+
+    def room() -> None:
+        need, free = trainer.checkpoint_bytes(), shutil.disk_usage(run.out).free
+        if free < need:
+            _fail(f"--out {run.out}: {_size(free)} free on its filesystem, and a checkpoint "
+                  f"of this model needs about {_size(need)}")
+
+    _on_rank0(room)
     model = trainer.model
-    print(f"corpus: {len(trainer.train_batches.data) + len(trainer.val_ids):,} characters, "
+    _say(f"corpus: {len(trainer.train_batches.data) + len(trainer.val_ids):,} characters, "
           f"vocabulary {trainer.tokenizer.vocab_size}; model: {model.num_params():,} "
           f"parameters, {trainer.gcfg}")
-    print(f"unigram entropy of the validation text: {trainer.unigram_entropy():.3f} nats")
+    _say(f"unigram entropy of the validation text: {trainer.unigram_entropy():.3f} nats")
     every = f", every {trainer.tcfg.save_every} steps" if trainer.tcfg.save_every else ""
-    print(f"checkpoint: {run.ckpt} (at the end{every}, and on Ctrl-C or SIGTERM)")
+    _say(f"checkpoint: {run.ckpt} (at the end{every}, and on Ctrl-C or SIGTERM)")
     run.total = trainer.tcfg.steps
     note = trainer.schedule_note()
     if note:
-        print(note)
+        _say(note)
     trainer.run()
+    if trainer.rank != 0:  # the final loss and the sample are rank 0's to print
+        return trainer
     val = trainer.evaluate()
     print(f"final validation loss {val:.4f} nats "
           f"(unigram entropy {trainer.unigram_entropy():.3f})")
@@ -503,16 +603,22 @@ def _start(args, run: _Run) -> Trainer:
     if args.attn == "flash" and args.dropout > 0:
         _fail("--attn flash has no attention dropout: use --dropout 0 or --attn views")
     text = _text(args.data)
-    if args.out:
-        run.take(args.out, create=True)
-    else:
-        run.take(_default_out(), create=True, created=True)
-    if os.path.exists(run.ckpt) and not args.overwrite:
-        step = _checkpoint_step(run.ckpt)
-        what = f"at step {step}" if step is not None else "not one this trainer can read"
-        _fail(f"--out {run.out} already holds a checkpoint ({run.ckpt}, {what}): --resume "
-              "continues that run, --overwrite replaces it with this new one (at its first "
-              "save), or give another --out")
+
+    def take() -> None:
+        if args.out:
+            run.take(args.out, create=True)
+        else:
+            run.take(_default_out(), create=True, created=True)
+        if os.path.exists(run.ckpt) and not args.overwrite:
+            step = _checkpoint_step(run.ckpt)
+            what = f"at step {step}" if step is not None else "not one this trainer can read"
+            _fail(f"--out {run.out} already holds a checkpoint ({run.ckpt}, {what}): --resume "
+                  "continues that run, --overwrite replaces it with this new one (at its "
+                  "first save), or give another --out")
+
+    _on_rank0(take)
+    if _world()[0] > 1:  # rank 0's out directory (a new runs/DATE-TIME is named there)
+        run.out = broadcast_text(run.out or "")
     gcfg = nn.GPTConfig(**{k: getattr(args, k) for k in MODEL_FLAGS})
     _check_fits(gcfg, args.batch_size)
     tcfg = TrainConfig(**{k: getattr(args, k) for k in TRAIN_FLAGS}, out=run.out,
@@ -521,8 +627,16 @@ def _start(args, run: _Run) -> Trainer:
         trainer = Trainer(gcfg, tcfg, text)
     except ValueError as e:  # the data is too short for a window, say
         _fail(str(e))
+    _say_data_parallel(trainer)
     trainer.metadata["data"] = os.path.abspath(args.data) if args.data else ""
     return trainer
+
+
+def _say_data_parallel(trainer: Trainer) -> None:
+    n, batch = trainer.world_size, trainer.tcfg.batch_size
+    if n > 1:
+        _say(f"data-parallel on {n} ranks ({batch // n} samples per rank, global batch "
+             f"{batch})")
 
 
 def _text(data: str | None) -> str:
@@ -592,7 +706,8 @@ def _resume(args, given: set, train_given: dict, run: _Run) -> Trainer:
         meta = nn.load_metadata(path)
     except (FileNotFoundError, ValueError) as e:
         _fail(f"--resume: {e}")
-    run.take(args.out, create=False)
+    _on_rank0(lambda: run.take(args.out, create=False))
+    run.out = args.out
     text, data = _resume_text(args, given, meta, path)
     model = {k: getattr(args, k) for k in MODEL_FLAGS if k in given}
     overrides = {**train_given, "out": args.out, "progress": not args.no_progress}
@@ -612,10 +727,11 @@ def _resume(args, given: set, train_given: dict, run: _Run) -> Trainer:
         _fail(f"nothing to train: {path} is at step {trainer.step} and --steps "
               f"{trainer.tcfg.steps} is the total to reach (the checkpoint's steps "
               f"included); pass --steps greater than {trainer.step}")
+    _say_data_parallel(trainer)
     if data != meta.get("data", data):
-        print(f"data: {data} (the run's text, moved from {meta['data'] or 'the corpus'})")
+        _say(f"data: {data} (the run's text, moved from {meta['data'] or 'the corpus'})")
     trainer.metadata["data"] = data
-    print(f"resumed from {path} at step {trainer.step}, training to step {trainer.tcfg.steps}")
+    _say(f"resumed from {path} at step {trainer.step}, training to step {trainer.tcfg.steps}")
     return trainer
 
 

@@ -20,6 +20,19 @@ A step that fails before its update (ta.OutOfMemoryError under ta.memory.set_lim
 leaves nothing a retry depends on: gradients are set to None before each backward, and
 the next train_step reuses the failed step's batch and RNG state, so it is the step a
 clean run takes.
+
+Data-parallel: launched on N processes (`mpiexec -n N`) with a ta.distributed process group
+of N > 1 ranks, the trainer wraps the model in nn.parallel.DistributedDataParallel. The
+batch size stays the global batch: every rank draws the same window starts (the sampler's
+state is the same everywhere and independent of N) and trains on its N-th of the rows, so a
+run on N ranks follows the one-process run with that batch, up to the order of float sums,
+and resumes on another N. The logged loss is the mean over ranks; rank 0 alone logs, shows
+the progress bar and writes the checkpoint (every rank calls save_checkpoint: it gathers
+each rank's dropout RNG state, and a failed save raises CheckpointError on every rank).
+Ranks > 0 draw dropout from seed + rank; a resume on the same N restores each rank's own
+stream (exact), on another N a rank without a saved stream reseeds, so with dropout 0 a
+resume on any N is exact and with dropout > 0 it is exact on the same N. A signal stops
+every rank after the same step (one all-reduce of a stop flag per step).
 """
 
 from __future__ import annotations
@@ -42,6 +55,9 @@ from .serialization import flatten_state, load, load_metadata, save, unflatten_s
 from .utils import clip_grad_norm_, cosine_lr
 
 CHECKPOINT = "ckpt.safetensors"
+# Checkpoint metadata of a data-parallel run: every rank's RNG state (a JSON list, rank 0's
+# first) and the number of ranks; absent from a one-process run's checkpoint
+DISTRIBUTED_STATE = ("rng_by_rank", "world_size")
 LOCK = "train.lock"  # in the out directory while a trainer writes there (RunLock)
 
 
@@ -120,7 +136,24 @@ class _StopOnSignal:
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.signum = None
+        self.agreed = None  # data-parallel: the signal any rank had at the last agree()
         self.previous: dict = {}
+
+    def stopping(self) -> bool:
+        """Whether to stop now. On several ranks only what every rank agreed on counts: a
+        rank that stopped alone would leave the others waiting in a collective."""
+        if self.trainer.world_size == 1:
+            return self.signum is not None
+        return self.agreed is not None
+
+    def agree(self) -> None:
+        """Data-parallel: every rank learns whether any rank had a signal (one all-reduce
+        MAX of the signal number; every rank calls this at the same point of a step)."""
+        dist = _distributed()
+        flag = ta.tensor([self.signum or 0], dtype=ta.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if int(flag.item()):  # `signum` stays this rank's own: a second one stops at once
+            self.agreed = int(flag.item())
 
     def __enter__(self) -> _StopOnSignal:
         if threading.current_thread() is threading.main_thread():
@@ -136,6 +169,8 @@ class _StopOnSignal:
         if self.signum is not None:
             raise Interrupted(signum, self.trainer.step, None)
         self.signum = signum
+        if self.trainer.rank != 0:  # rank 0 says it (mpiexec sends Ctrl-C to every rank)
+            return
         cfg = self.trainer.tcfg
         step = self.trainer.step
         now = f"finishing step {step + 1}" if self.trainer._stepping else f"after step {step}"
@@ -154,8 +189,11 @@ class Trainer:
                  tokenizer: CharTokenizer | None = None, log=print) -> None:
         if not train_config.lr_decay_steps:  # fixed now: a resumed run keeps this schedule
             train_config = dataclasses.replace(train_config, lr_decay_steps=train_config.steps)
+        self.world_size, self.rank = _world()
+        if self.world_size > 1:
+            _check_data_parallel(train_config, self.world_size)
         self.tcfg = train_config
-        self.log = log
+        self.log = log if self.rank == 0 else _quiet
         ta.manual_seed(train_config.seed)
         self.tokenizer = tokenizer or CharTokenizer(text)
         ids = ta.tensor(self.tokenizer.encode(text), dtype=ta.int64)
@@ -170,6 +208,17 @@ class Trainer:
         self.train_batches = BatchSampler(train_ids, T, B, seed=seed,
                                           device=train_config.device)
         self.val_ids = val_ids
+        # the model each rank's forward and backward go through: the model itself on one
+        # process, DistributedDataParallel around it on several (it broadcasts rank 0's
+        # parameters and averages the gradients in backward). self.model stays the bare
+        # model: checkpoints, evaluation and sampling use it.
+        self.ddp = None
+        if self.world_size > 1:
+            from .parallel import DistributedDataParallel
+
+            self.ddp = DistributedDataParallel(self.model)
+            if self.rank:  # rank 0 keeps one process's dropout stream; the others their own
+                ta.manual_seed(rank_seed(seed, self.rank))
         # what identifies the text (its hash, size, characters), recorded in the checkpoint
         self.data_identity = text_identity(text)
         self.step = 0
@@ -194,7 +243,7 @@ class Trainer:
         gradients, which this step's backward would otherwise add to.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        _, loss = self.model(x, y)
+        _, loss = (self.model if self.ddp is None else self.ddp)(x, y)
         if stats is not None:
             stats.mark_saved(loss)
         loss.backward()
@@ -218,7 +267,7 @@ class Trainer:
             ta.set_rng_state(rng_state)
         else:
             rng_state = ta.get_rng_state()
-            x, y = self.train_batches.sample()
+            x, y = self._rows_of_this_rank(*self.train_batches.sample())
         t0 = time.perf_counter()
         with ta.memory.step_stats(cfg.device) as stats:
             try:
@@ -233,10 +282,22 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
         self.step += 1
-        return {"step": self.step, "loss": loss.item(), "lr": lr, "seconds": dt,
-                "tokens_per_s": x.numel() / dt, "peak_bytes": stats.peak_bytes,
+        loss_value = loss.item()
+        if self.world_size > 1:  # the mean over the ranks' equal shares: the batch's loss
+            loss_value = _mean_over_ranks(loss_value)
+        return {"step": self.step, "loss": loss_value, "lr": lr, "seconds": dt,
+                "tokens_per_s": x.numel() * self.world_size / dt,
+                "peak_bytes": stats.peak_bytes,
                 "saved_bytes": stats.saved_bytes, "copied_bytes": stats.copied_bytes,
                 "copies": stats.copies}
+
+    def _rows_of_this_rank(self, x, y):
+        """Rank r's share of the global batch: rows [r B/N, (r+1) B/N) (all on one process)."""
+        if self.world_size == 1:
+            return x, y
+        share = self.tcfg.batch_size // self.world_size
+        lo = self.rank * share
+        return x[lo:lo + share], y[lo:lo + share]
 
     @ta.no_grad()
     def evaluate(self) -> float:
@@ -264,7 +325,7 @@ class Trainer:
         cfg = self.tcfg
         until = cfg.steps if until is None else until
         bar = None
-        if cfg.progress:
+        if cfg.progress and self.rank == 0:
             from tqdm import tqdm
 
             bar = tqdm(total=until, initial=self.step, unit="step", dynamic_ncols=True)
@@ -276,8 +337,11 @@ class Trainer:
                     bar = None
                 if cfg.out and self._saved_step != self.step:
                     self.save_checkpoint()
-                if stop.signum is not None:
-                    raise Interrupted(stop.signum, self.step,
+                if self.world_size > 1:  # a signal during the save: every rank stops
+                    stop.agree()
+                if stop.stopping():
+                    signum = stop.signum if self.world_size == 1 else stop.agreed
+                    raise Interrupted(signum, self.step,
                                       self.checkpoint_path() if cfg.out else None)
         finally:
             if bar is not None:
@@ -286,8 +350,8 @@ class Trainer:
 
     def _loop(self, until: int, memory_report: bool, bar, stop: _StopOnSignal) -> None:
         cfg = self.tcfg
-        while self.step < until and stop.signum is None:
-            if memory_report and self.step == 0:
+        while self.step < until and not stop.stopping():
+            if memory_report and self.step == 0 and self.rank == 0:
                 with ta.memory.profile(raw=True) as prof:
                     rec = self.train_step()
                 self.log(memory_summary(prof))
@@ -299,7 +363,9 @@ class Trainer:
                                 tok_s=f"{rec['tokens_per_s']:.0f}",
                                 peak=f"{rec['peak_bytes'] / 2**20:.0f}MiB")
                 bar.update(1)
-            if stop.signum is not None:  # save now; evaluating can wait for the resume
+            if self.world_size > 1:
+                stop.agree()
+            if stop.stopping():  # save now; evaluating can wait for the resume
                 break
             if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == until):
                 rec["val_loss"] = self.evaluate()
@@ -340,8 +406,29 @@ class Trainer:
 
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write the checkpoint atomically and log its path and step. CheckpointError
-        (an OSError) when it cannot be written; a previous file at `path` stays whole."""
+        (an OSError) when it cannot be written; a previous file at `path` stays whole.
+
+        Data-parallel: every rank calls it (it gathers every rank's RNG state); rank 0
+        writes, and its outcome is broadcast, so a failed save raises on every rank."""
         path = path or self.checkpoint_path()
+        if self.world_size == 1:
+            self._write_checkpoint(path)
+        else:
+            rng_by_rank = [json.loads(s) for s in _gather_text(json.dumps(ta.get_rng_state()))]
+            error = None
+            if self.rank == 0:
+                try:
+                    self._write_checkpoint(path, {
+                        "rng_by_rank": json.dumps(rng_by_rank),
+                        "world_size": str(self.world_size)})
+                except BaseException as e:
+                    error = e
+            _share_outcome(error, self.step, path)
+        self._saved_step = self.step
+        self.log(f"checkpoint: step {self.step} saved to {path}")
+        return path
+
+    def _write_checkpoint(self, path: str, extra: dict | None = None) -> None:
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         optim_tensors, optim_layout = flatten_state(self.optimizer.state_dict(), "optim.")
         tensors.update(optim_tensors)
@@ -354,6 +441,7 @@ class Trainer:
             "rng": json.dumps(ta.get_rng_state()),
             "optim_layout": optim_layout,
             "data_identity": json.dumps(self.data_identity),
+            **(extra or {}),
         }
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -361,9 +449,6 @@ class Trainer:
         except OSError as e:
             raise CheckpointError(e.errno, f"cannot save the checkpoint of step {self.step} "
                                   f"to {path}: {e.strerror or e}; {_previous(path)}") from e
-        self._saved_step = self.step
-        self.log(f"checkpoint: step {self.step} saved to {path}")
-        return path
 
     @classmethod
     def from_checkpoint(cls, path: str, text: str, log=print, model: dict | None = None,
@@ -398,8 +483,8 @@ class Trainer:
                                f"lacks: {_chars(unknown)}", [f"characters added: "
                                                              f"{_chars(unknown)}"])
         trainer = cls(gcfg, tcfg, text, tokenizer=tokenizer, log=log)
-        trainer.metadata = {k: v for k, v in meta.items()
-                            if k not in TRAINER_STATE and k != "data_identity"}
+        trainer.metadata = {k: v for k, v in meta.items() if k not in TRAINER_STATE
+                            and k != "data_identity" and k not in DISTRIBUTED_STATE}
         tensors = load(path, device=tcfg.device)
         model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
         _check_tensors(path, trainer.gcfg, trainer.model, model_sd)
@@ -411,11 +496,111 @@ class Trainer:
             raise ValueError(f"{path!r}: its optimizer state does not fit its model: "
                              f"{e.args[0] if e.args else e}") from None
         trainer.train_batches.load_state_dict(json.loads(meta["sampler"]))
-        ta.set_rng_state(json.loads(meta["rng"]))
+        ta.set_rng_state(json.loads(meta["rng"]))  # rank 0's, on any number of ranks
         trainer.step = int(meta["step"])
+        if trainer.rank:  # its own stream if the run had this rank, else a fresh one
+            saved = json.loads(meta.get("rng_by_rank", "[]"))
+            if trainer.rank < len(saved):
+                ta.set_rng_state(saved[trainer.rank])
+            else:
+                ta.manual_seed(rank_seed(tcfg.seed, trainer.rank, trainer.step))
         if tcfg.out and os.path.abspath(trainer.checkpoint_path()) == os.path.abspath(path):
             trainer._saved_step = trainer.step  # its out holds this step already
         return trainer
+
+
+# -- data-parallel helpers ---------------------------------------------------------------
+def _distributed():
+    """ta.distributed, imported when first needed: a one-process run never loads it."""
+    import tinygrad_attn.distributed as dist
+
+    return dist
+
+
+def _world() -> tuple[int, int]:
+    """(world size, rank) of the default process group; (1, 0) without one."""
+    dist = _distributed()
+    if not dist.is_initialized():
+        return 1, 0
+    return dist.get_world_size(), dist.get_rank()
+
+
+def _quiet(*args, **kwargs) -> None:
+    """The log of ranks > 0: rank 0 speaks for the run."""
+
+
+def _check_data_parallel(cfg: TrainConfig, world_size: int) -> None:
+    if cfg.batch_size % world_size:
+        raise ValueError(f"batch_size {cfg.batch_size} is the global batch and must be "
+                         f"divisible by the world size {world_size} (each rank trains on "
+                         f"batch_size / world_size rows): use a multiple of {world_size}, "
+                         "or another number of ranks")
+    if cfg.device != "cpu":
+        raise ValueError(f"device {cfg.device!r}: data-parallel training moves gradients "
+                         "with the MPI backend, which takes CPU tensors only; use device cpu")
+
+
+def rank_seed(seed: int, rank: int, step: int = 0) -> int:
+    """The dropout seed of rank `rank` > 0: seed + rank when a run starts; a resume that has
+    no saved stream for the rank (a run on fewer ranks) mixes in the step, so it does not
+    replay the masks of the run's first steps."""
+    return seed + rank + 1_000_003 * step
+
+
+def _mean_over_ranks(value: float) -> float:
+    dist = _distributed()
+    t = ta.tensor([value], dtype=ta.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    return float(t.item())
+
+
+def _text_tensor(data: bytes, length: int):
+    padded = data + b"\0" * (length - len(data))
+    return ta.tensor(list(padded), dtype=ta.uint8)
+
+
+def _gather_text(text: str) -> list[str]:
+    """Every rank's `text`, in rank order, on every rank: an all_gather of the UTF-8 bytes
+    padded with NULs to the longest (JSON text holds none)."""
+    dist = _distributed()
+    data = text.encode()
+    longest = ta.tensor([len(data)], dtype=ta.int64)
+    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    n = max(int(longest.item()), 1)
+    gathered = [ta.zeros(n, dtype=ta.uint8) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, _text_tensor(data, n))
+    return [bytes(t.tolist()).rstrip(b"\0").decode() for t in gathered]
+
+
+def broadcast_text(text: str, src: int = 0) -> str:
+    """Rank src's `text`, on every rank."""
+    dist = _distributed()
+    data = text.encode() if dist.get_rank() == src else b""
+    length = ta.tensor([len(data)], dtype=ta.int64)
+    dist.broadcast(length, src=src)
+    n = int(length.item())
+    if n == 0:
+        return ""
+    buf = _text_tensor(data, n) if dist.get_rank() == src else ta.zeros(n, dtype=ta.uint8)
+    dist.broadcast(buf, src=src)
+    return bytes(buf.tolist()).decode()
+
+
+def _share_outcome(error: BaseException | None, step: int, path: str) -> None:
+    """After rank 0 tried to save: every rank learns whether it failed. Rank 0 raises its
+    own error; the others a CheckpointError with rank 0's message."""
+    dist = _distributed()
+    code = ta.tensor([0 if error is None else 1, getattr(error, "errno", None) or 0],
+                     dtype=ta.int64)
+    dist.broadcast(code, src=0)
+    failed, errno = code.tolist()
+    if not failed:
+        return
+    message = broadcast_text(str(error) if error is not None else "")
+    if error is not None:
+        raise error
+    raise CheckpointError(errno or None, message or f"rank 0 could not save the checkpoint "
+                                                    f"of step {step} to {path}")
 
 
 def check_data(path: str, meta: dict, text: str) -> None:
