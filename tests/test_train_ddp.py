@@ -106,7 +106,17 @@ try:
 except Interrupted as e:
     stopped = {"signum": e.signum, "step": e.step, "path": e.path}
 
-report({"world": trainer.world_size, "rank": trainer.rank,
+# a save rank 0 cannot write (its directory is a file): every rank raises CheckpointError
+blocker = os.path.join(out, "a_file")
+if rank == 0:
+    open(blocker, "w").close()
+try:
+    trainer.save_checkpoint(os.path.join(blocker, "ckpt.safetensors"))
+    failed_save = None
+except trainer_module.CheckpointError as e:
+    failed_save = str(e)
+
+report({"world": trainer.world_size, "rank": trainer.rank, "failed_save": failed_save,
         "worst": worst(params(alone), params(trainer)),
         "alone": alone_history, "history": [r["loss"] for r in history],
         "alone_batches": alone.seen, "batches": trainer.seen,
@@ -169,6 +179,9 @@ def test_two_ranks_equal_one_process_with_the_global_batch(tmp_path):
     assert one["lines"] == []
     assert zero["written"] == [ckpt, str(tmp_path / "stop" / "ckpt.safetensors")]
     assert one["written"] == []
+    # a failed save stops both ranks, with rank 0's message
+    assert zero["failed_save"].startswith("cannot save the checkpoint of step 5 to ")
+    assert one["failed_save"] == zero["failed_save"]
     # a SIGTERM to rank 1 alone stops both after the same step, saved
     import signal
 
