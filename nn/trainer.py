@@ -42,7 +42,6 @@ import json
 import math
 import os
 import signal
-import socket
 import threading
 import time
 
@@ -51,6 +50,17 @@ import tinygrad_attn as ta
 from .data import BatchSampler, CharTokenizer, identity_changes, text_identity, train_val_split
 from .gpt import GPT, GPTConfig
 from .optim import configure_adamw
+from .ranks import (
+    broadcast_text,
+    check_data_parallel,
+    distributed,
+    gather_text,
+    mean_over_ranks,
+    quiet,
+    rank_seed,
+    world,
+)
+from .runlock import LOCK, RunLock, RunLocked  # noqa: F401 - the trainer's names, as before
 from .serialization import flatten_state, load, load_metadata, save, unflatten_state
 from .utils import clip_grad_norm_, cosine_lr
 
@@ -58,7 +68,6 @@ CHECKPOINT = "ckpt.safetensors"
 # Checkpoint metadata of a data-parallel run: every rank's RNG state (a JSON list, rank 0's
 # first) and the number of ranks; absent from a one-process run's checkpoint
 DISTRIBUTED_STATE = ("rng_by_rank", "world_size")
-LOCK = "train.lock"  # in the out directory while a trainer writes there (RunLock)
 
 
 @dataclasses.dataclass
@@ -149,7 +158,7 @@ class _StopOnSignal:
     def agree(self) -> None:
         """Data-parallel: every rank learns whether any rank had a signal (one all-reduce
         MAX of the signal number; every rank calls this at the same point of a step)."""
-        dist = _distributed()
+        dist = distributed()
         flag = ta.tensor([self.signum or 0], dtype=ta.int64)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if int(flag.item()):  # `signum` stays this rank's own: a second one stops at once
@@ -189,11 +198,11 @@ class Trainer:
                  tokenizer: CharTokenizer | None = None, log=print) -> None:
         if not train_config.lr_decay_steps:  # fixed now: a resumed run keeps this schedule
             train_config = dataclasses.replace(train_config, lr_decay_steps=train_config.steps)
-        self.world_size, self.rank = _world()
+        self.world_size, self.rank = world()
         if self.world_size > 1:
-            _check_data_parallel(train_config, self.world_size)
+            check_data_parallel(train_config, self.world_size)
         self.tcfg = train_config
-        self.log = log if self.rank == 0 else _quiet
+        self.log = log if self.rank == 0 else quiet
         ta.manual_seed(train_config.seed)
         self.tokenizer = tokenizer or CharTokenizer(text)
         ids = ta.tensor(self.tokenizer.encode(text), dtype=ta.int64)
@@ -284,7 +293,7 @@ class Trainer:
         self.step += 1
         loss_value = loss.item()
         if self.world_size > 1:  # the mean over the ranks' equal shares: the batch's loss
-            loss_value = _mean_over_ranks(loss_value)
+            loss_value = mean_over_ranks(loss_value)
         return {"step": self.step, "loss": loss_value, "lr": lr, "seconds": dt,
                 "tokens_per_s": x.numel() * self.world_size / dt,
                 "peak_bytes": stats.peak_bytes,
@@ -414,7 +423,7 @@ class Trainer:
         if self.world_size == 1:
             self._write_checkpoint(path)
         else:
-            rng_by_rank = [json.loads(s) for s in _gather_text(json.dumps(ta.get_rng_state()))]
+            rng_by_rank = [json.loads(s) for s in gather_text(json.dumps(ta.get_rng_state()))]
             error = None
             if self.rank == 0:
                 try:
@@ -510,86 +519,10 @@ class Trainer:
 
 
 # -- data-parallel helpers ---------------------------------------------------------------
-def _distributed():
-    """ta.distributed, imported when first needed: a one-process run never loads it."""
-    import tinygrad_attn.distributed as dist
-
-    return dist
-
-
-def _world() -> tuple[int, int]:
-    """(world size, rank) of the default process group; (1, 0) without one."""
-    dist = _distributed()
-    if not dist.is_initialized():
-        return 1, 0
-    return dist.get_world_size(), dist.get_rank()
-
-
-def _quiet(*args, **kwargs) -> None:
-    """The log of ranks > 0: rank 0 speaks for the run."""
-
-
-def _check_data_parallel(cfg: TrainConfig, world_size: int) -> None:
-    if cfg.batch_size % world_size:
-        raise ValueError(f"batch_size {cfg.batch_size} is the global batch and must be "
-                         f"divisible by the world size {world_size} (each rank trains on "
-                         f"batch_size / world_size rows): use a multiple of {world_size}, "
-                         "or another number of ranks")
-    if cfg.device != "cpu":
-        raise ValueError(f"device {cfg.device!r}: data-parallel training moves gradients "
-                         "with the MPI backend, which takes CPU tensors only; use device cpu")
-
-
-def rank_seed(seed: int, rank: int, step: int = 0) -> int:
-    """The dropout seed of rank `rank` > 0: seed + rank when a run starts; a resume that has
-    no saved stream for the rank (a run on fewer ranks) mixes in the step, so it does not
-    replay the masks of the run's first steps."""
-    return seed + rank + 1_000_003 * step
-
-
-def _mean_over_ranks(value: float) -> float:
-    dist = _distributed()
-    t = ta.tensor([value], dtype=ta.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.AVG)
-    return float(t.item())
-
-
-def _text_tensor(data: bytes, length: int):
-    padded = data + b"\0" * (length - len(data))
-    return ta.tensor(list(padded), dtype=ta.uint8)
-
-
-def _gather_text(text: str) -> list[str]:
-    """Every rank's `text`, in rank order, on every rank: an all_gather of the UTF-8 bytes
-    padded with NULs to the longest (JSON text holds none)."""
-    dist = _distributed()
-    data = text.encode()
-    longest = ta.tensor([len(data)], dtype=ta.int64)
-    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
-    n = max(int(longest.item()), 1)
-    gathered = [ta.zeros(n, dtype=ta.uint8) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, _text_tensor(data, n))
-    return [bytes(t.tolist()).rstrip(b"\0").decode() for t in gathered]
-
-
-def broadcast_text(text: str, src: int = 0) -> str:
-    """Rank src's `text`, on every rank."""
-    dist = _distributed()
-    data = text.encode() if dist.get_rank() == src else b""
-    length = ta.tensor([len(data)], dtype=ta.int64)
-    dist.broadcast(length, src=src)
-    n = int(length.item())
-    if n == 0:
-        return ""
-    buf = _text_tensor(data, n) if dist.get_rank() == src else ta.zeros(n, dtype=ta.uint8)
-    dist.broadcast(buf, src=src)
-    return bytes(buf.tolist()).decode()
-
-
 def _share_outcome(error: BaseException | None, step: int, path: str) -> None:
     """After rank 0 tried to save: every rank learns whether it failed. Rank 0 raises its
     own error; the others a CheckpointError with rank 0's message."""
-    dist = _distributed()
+    dist = distributed()
     code = ta.tensor([0 if error is None else 1, getattr(error, "errno", None) or 0],
                      dtype=ta.int64)
     dist.broadcast(code, src=0)
@@ -645,132 +578,6 @@ def _check_tensors(path: str, gcfg: GPTConfig, model: GPT, tensors: dict) -> Non
             "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head", "n_embd"))
         raise ValueError(f"{path!r}: its tensors do not match its recorded gpt_config "
                          f"({config}): {shown}")
-
-
-def _host() -> str:
-    return socket.gethostname() or "localhost"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: alive, another user's
-        return True
-    return True
-
-
-class RunLocked(RuntimeError):
-    """Another trainer holds the out directory's lock."""
-
-
-class RunLock:
-    """A lock file in an out directory (LOCK: the owner's pid, host and start time) that
-    keeps two trainers from writing one checkpoint. It is created with O_CREAT | O_EXCL,
-    so of two trainers starting at once exactly one gets it; a lock whose owner on this
-    host is dead (killed with SIGKILL, say) is removed and taken. An OSError from acquire
-    means the directory cannot be written."""
-
-    _held: set = set()  # lock paths this process holds (a pid reused after a reboot aside)
-
-    def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, LOCK)
-
-    def acquire(self) -> RunLock:
-        owner = {"pid": os.getpid(), "host": _host(),
-                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        for _ in range(100):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                held = self._owner()
-                if not self._stale(held):
-                    raise RunLocked(self._refusal(held)) from None
-                self._remove_stale(held)
-                continue
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(owner, f)
-            except BaseException:  # a lock without its owner would refuse every trainer
-                os.unlink(self.path)
-                raise
-            RunLock._held.add(os.path.abspath(self.path))
-            return self
-        raise RunLocked(f"could not take the lock {self.path}: other trainers keep taking it")
-
-    def _remove_stale(self, held: dict) -> None:
-        """Delete the lock `held` described, if it is still that one. Two trainers that
-        both found it stale must not both delete: the second would delete the lock the
-        first has just taken. So removing takes a second O_EXCL file, and re-reads the
-        lock under it."""
-        breaker = self.path + ".break"
-        try:
-            fd = os.open(breaker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:  # another trainer is removing it; wait, then look again
-            try:
-                if time.time() - os.path.getmtime(breaker) > 10:  # its remover died
-                    os.unlink(breaker)
-            except FileNotFoundError:
-                pass
-            time.sleep(0.05)
-            return
-        try:
-            if held and self._owner() == held:
-                os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        finally:
-            os.close(fd)
-            os.unlink(breaker)
-
-    def release(self) -> None:
-        key = os.path.abspath(self.path)
-        if key in RunLock._held:
-            RunLock._held.discard(key)
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
-
-    def __enter__(self) -> RunLock:
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-    def _owner(self) -> dict | None:
-        try:
-            with open(self.path) as f:
-                owner = json.load(f)
-            int(owner["pid"]), str(owner["host"])
-            return owner
-        except FileNotFoundError:
-            return {}  # released meanwhile: stale, try again
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # being written now, or not ours to judge
-
-    def _stale(self, owner: dict | None) -> bool:
-        if owner == {}:
-            return True
-        if owner is None or owner["host"] != _host():
-            return False
-        pid = int(owner["pid"])
-        if pid == os.getpid():  # ours only if this process took it
-            return os.path.abspath(self.path) not in RunLock._held
-        return not _pid_alive(pid)
-
-    def _refusal(self, owner: dict | None) -> str:
-        directory = os.path.dirname(self.path) or "."
-        if owner is None:
-            who = (f"its lock file {self.path} holds no owner yet: a trainer is taking it "
-                   "now, or died while taking it")
-        else:
-            who = (f"pid {owner['pid']} on host {owner['host']} holds {self.path} since "
-                   f"{owner.get('started', '?')}")
-        return (f"{directory} is in use by another trainer ({who}); wait for it to finish or "
-                "use another out directory. If that trainer is gone (on another host, say), "
-                "delete the lock file.")
 
 
 def checkpoint_configs(path: str, meta: dict | None = None) -> tuple[GPTConfig, TrainConfig]:
