@@ -125,13 +125,13 @@ def ring_seconds(nbytes: int, ranks: int, bandwidth: float, latency: float) -> f
     return 2 * (ranks - 1) / ranks * nbytes / bandwidth + 2 * (ranks - 1) * latency
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="small", choices=sorted(CONFIGS))
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--worker", help=argparse.SUPPRESS)
-    opts = p.parse_args()
+    opts = p.parse_args(argv)
     if opts.worker:
         return worker(opts)
     results = {n: launch(n, opts) for n in (1, 2)}
