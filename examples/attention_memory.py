@@ -36,6 +36,7 @@ import numpy as np
 import nn
 import tinygrad_attn as ta
 from nn.optim import AdamW
+from tinygrad_attn.memory import planner
 
 MiB = 2**20
 PROG = "attention_memory.py"
@@ -257,48 +258,37 @@ def attention_forward_copies(row: dict) -> list:
 # ----------------------------------------------------------------------------- predictor
 def fit_batch_model(small: list) -> dict:
     """Fit peak(B) from two measured steps at different batch sizes (measure(...,
-    keep_profile=True), which keeps the timeline).
-
-    Memory is affine in the batch size: parameters, gradients, optimizer state and buffers
-    are fixed, every activation scales with B. That holds at every moment of the step, so
-    with the two runs' timelines (the same program: the same events in the same order) the
-    live bytes after event t are a_t + b_t * B, and the peak is the highest of those lines:
-    peak(B) = max_t (a_t + b_t B). At small B the optimizer step (fixed-size state) can be
-    the peak while at large B backward is, so one line through the two peaks alone would
-    be wrong there; if the timelines do not line up, that one line is what is fitted.
+    keep_profile=True), which keeps the timeline), with the planner's fit
+    (ta.memory.planner.fit_lines): the live bytes after each event t are a_t + b_t * B
+    (the two timelines line up: the same program), and the peak is the highest of those
+    lines, peak(B) = max_t (a_t + b_t B). At small B the optimizer step (fixed-size state)
+    can be the peak while at large B backward is, so one line through the two peaks alone
+    would be wrong there; if the timelines do not line up, that one line is what is fitted.
     """
-    r1, r2 = sorted(small, key=lambda r: r["batch"])[:2]
-    lines = []
-    for r in (r1, r2):
+    runs = []
+    for r in small:
         tl = r["timeline"]
-        lines.append((np.sum([tl["series"][c] for c in tl["series"]], axis=0), tl["phases"]))
-    (y1, ph1), (y2, ph2) = lines
-    if len(y1) != len(y2) or ph1 != ph2:
-        y1, y2 = np.array([r1["peak_abs"]]), np.array([r2["peak_abs"]])
-    b = (y2 - y1) / (r2["batch"] - r1["batch"])
-    return {"a": y1 - b * r1["batch"], "b": b, "batches": (r1["batch"], r2["batch"]),
-            "per_event": len(y1) > 1}
+        series = np.sum([tl["series"][c] for c in tl["series"]], axis=0)
+        runs.append({"batch": r["batch"], "series": [int(v) for v in series],
+                     "signature": tl["phases"], "peak": r["peak_abs"]})
+    fit = planner.fit_lines(runs)
+    r1, r2 = sorted(small, key=lambda r: r["batch"])[:2]
+    return dict(fit, batches=(r1["batch"], r2["batch"]), per_event=fit["aligned"])
 
 
 def predict_peak(model: dict, batch: int) -> float:
-    return float(np.max(model["a"] + model["b"] * batch))
+    return float(planner.predict_peak(model, batch))
 
 
 def peak_line(model: dict, batch: int) -> tuple:
     """(a, b) of the line that is the peak at `batch`."""
-    t = int(np.argmax(model["a"] + model["b"] * batch))
-    return float(model["a"][t]), float(model["b"][t])
+    a, b = planner.peak_line(model, batch)
+    return float(a), float(b)
 
 
 def largest_batch(model: dict, limit: int) -> int:
     """The largest B whose predicted peak is within `limit` (0 if not even B = 1 fits)."""
-    a, b = model["a"], model["b"]
-    if np.any((b <= 0) & (a > limit)):
-        return 0
-    grows = b > 0
-    if not np.any(grows):
-        return 10**9
-    return max(int(np.min(np.floor((limit - a[grows]) / b[grows]))), 0)
+    return planner.largest_batch(model, limit)
 
 
 # ----------------------------------------------------------------------------- pictures

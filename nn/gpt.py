@@ -37,12 +37,44 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True  # bias in Linears and LayerNorms, as GPT-2; False is a bit better
     attn: str = "views"  # "naive", "views" or "flash": see CausalSelfAttention
-    checkpoint: bool = False  # recompute each Block in backward instead of saving its insides
+    # recompute Blocks in backward instead of saving their insides: True every block, False
+    # none, or a tuple (a list is taken) of the block indices to recompute (() is none)
+    checkpoint: bool | tuple = False
     attn_block_size: int = 128  # the query/key tile of "flash"
     norm: str = "layernorm"  # or "rmsnorm": no mean, no bias (eps 1e-5, as the LayerNorms)
     pos_emb: str = "learned"  # the wpe table; or "rope": rotary q and k, no wpe parameter
     mlp: str = "gelu"  # c_fc, GELU, c_proj; or "swiglu": w2(silu(w1 x) * w3 x)
     n_kv_head: int | None = None  # key/value heads for grouped-query attention (None: n_head)
+
+    def __post_init__(self) -> None:
+        self.checkpoint = checkpoint_blocks_field(self.checkpoint, self.n_layer)
+
+    def checkpointed_blocks(self) -> tuple:
+        """The indices of the blocks recomputed in backward."""
+        if self.checkpoint is True:
+            return tuple(range(self.n_layer))
+        return self.checkpoint or ()
+
+
+def checkpoint_blocks_field(value, n_layer: int):
+    """GPTConfig.checkpoint checked: a bool as it is; a tuple or list of block indices as a
+    sorted tuple (JSON gives a tuple back as a list, so a config read from a checkpoint's
+    metadata compares equal to the one written)."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, (tuple, list)):
+        raise ValueError(f"GPTConfig.checkpoint must be a bool or a tuple of block indices, "
+                         f"got {type(value).__name__} {value!r}")
+    for i in value:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise ValueError(f"GPTConfig.checkpoint: block indices must be ints, got {i!r} "
+                             f"in {value!r}")
+        if not 0 <= i < n_layer:
+            raise ValueError(f"GPTConfig.checkpoint: block index {i} is out of range for "
+                             f"n_layer={n_layer} (0 to {n_layer - 1})")
+    if len(set(value)) != len(value):
+        raise ValueError(f"GPTConfig.checkpoint lists a block twice: {value!r}")
+    return tuple(sorted(value))
 
 
 ATTENTION = ("naive", "views", "flash")
@@ -392,15 +424,15 @@ class GPT(Module):
             raise ValueError(f"cannot forward a sequence of length {T}, block size is only "
                              f"{self.config.block_size}")
         # forward the GPT model itself
-        checkpointing = self.config.checkpoint and ta.is_grad_enabled()
+        recomputed = self.config.checkpointed_blocks() if ta.is_grad_enabled() else ()
         blocks = self.transformer.h
-        if not checkpointing and all(type(b) is Block and "forward" not in vars(b)
-                                     for b in blocks):  # a replaced block runs as it is
+        if not recomputed and all(type(b) is Block and "forward" not in vars(b)
+                                  for b in blocks):  # a replaced block runs as it is
             x = self._fused_trunk(idx)
         else:
             x = self._embed(idx)
-            for block in blocks:
-                if checkpointing:
+            for i, block in enumerate(blocks):
+                if i in recomputed:
                     # save only the block's input; recompute its insides in backward
                     x = ta.checkpoint(block, x)
                 else:

@@ -27,6 +27,7 @@ The package, bottom up:
     tracker   the observer of allocations and saved tensors; the emulated device limit
     render    the text report and the timeline pictures
     ledger    Profile (the analysis), step_stats, saved_bytes, memcheck
+    planner   plan(): the fastest setting of a step's knobs that fits a budget (a Plan)
 
 Import order. storage.py imports `memory.state` at its top, and importing any submodule
 runs this file first, so this package is initialised while storage (and so tensor, which
@@ -50,3 +51,4 @@ from .ledger import (  # noqa: F401
     MemoryBudgetError, OutOfMemoryError, Profile, StepStats, memcheck, plot_html, profile,
     saved_bytes, step_stats,
 )
+from .planner import Plan, plan  # noqa: F401

@@ -1,0 +1,361 @@
+"""ta.memory.plan: predictions checked against measured steps, choices against budgets.
+
+(a) a chain of matmuls and gelus whose saved bytes are counted by hand; (b) a one-block GPT
+(nn.memory_plan); (c) the plan as data, its text, and its argument errors. Every plan that
+says it fits is run under ta.memory.limit(budget) (Plan.verify): an OutOfMemoryError there
+fails the test.
+"""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+import nn
+import tinygrad_attn as ta
+from nn.memory_plan import apply, gpt_knobs, gpt_step
+from tinygrad_attn.memory import planner
+
+# ----------------------------------------------------------------------------- (a) a chain
+D = 64  # width: one activation row is D * 4 = 256 bytes
+ACT = D * 4
+CHAIN_KNOBS = {"checkpoint": [False, True], "gelu": ["save", "recompute"]}
+RAW_NOISE = 1024  # bytes: the raw peaks of two runs of one step differ by less
+MEASURE = (4, 8)  # larger than (1, 2): tracemalloc's Python-object noise is ~1 KB per event
+
+
+class Clock:
+    """A timer the chain's step advances by a known cost, so the choice of least time is
+    deterministic: 1 per row, +0.25 for the checkpoint's recompute, +0.5 for rebuilding
+    the gelu outputs."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def chain_step(clock):
+    """x -> gelu(. @ W0) -> gelu(. @ W1) -> gelu(. @ W2) -> gelu(. @ W3) -> sum of squares,
+    the second layer under ta.checkpoint or not, gelu's save policy as chosen; SGD step."""
+
+    def step(batch, choice):
+        ta.manual_seed(0)
+        ws = [ta.randn(D, D, requires_grad=True) for _ in range(4)]
+        for w in ws:
+            ta.memory.tag(w, "parameter")
+        opt = nn.optim.SGD(ws, lr=0.1)
+        x = ta.randn(batch, D)
+        with ta.memory.save_policies(gelu=choice["gelu"]):
+            def layer(i):
+                return lambda h: ta.functional.gelu(h @ ws[i])
+
+            h = layer(0)(x)
+            h = ta.checkpoint(layer(1), h) if choice["checkpoint"] else layer(1)(h)
+            h = layer(3)(layer(2)(h))
+            (h * h).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        clock.now += batch * (1 + 0.25 * choice["checkpoint"]
+                              + 0.5 * (choice["gelu"] == "recompute"))
+
+    return step
+
+
+def chain_saved(choice, batch):
+    """Saved for backward at its peak, by hand (pre_i = h @ W_i, g_i = gelu(pre_i); the
+    weights are parameters, left out). Each matmul keeps its input, each gelu its input,
+    the final square g3; "recompute" keeps gelu outputs as recipes (rebuilt from pre_i);
+    the checkpoint keeps its input g0 (a recipe too under "recompute") and its output g1
+    is a plain tensor (detached: no producer to rebuild it from), pre1 not at all."""
+    act = batch * ACT
+    table = {
+        (False, "save"): 9,  # x, pre0..pre3, g0..g3
+        (False, "recompute"): 5,  # x, pre0..pre3
+        (True, "save"): 8,  # x, pre0, g0, g1, pre2, g2, pre3, g3
+        (True, "recompute"): 5,  # x, pre0, g1, pre2, pre3
+    }
+    return table[(choice["checkpoint"], choice["gelu"])] * act
+
+
+def measured(step, batch, choice):
+    with ta.memory.profile(raw=True) as prof:
+        step(batch, choice)
+    s = prof.summary()
+    return s["tensor_peak_above_start"], s["saved_peak"]["unique_bytes_without_parameters"]
+
+
+@pytest.fixture(scope="module")
+def chain():
+    clock = Clock()
+    step = chain_step(clock)
+    wide = ta.memory.plan(step, "1GiB", batch=64, knobs=CHAIN_KNOBS, measure_batches=MEASURE,
+                          timer=clock)
+    return clock, step, wide
+
+
+def test_chain_predicted_saved_and_peak_bytes_are_exact(chain):
+    clock, step, wide = chain
+    assert [a["choice"] for a in wide.alternatives] == [
+        dict(zip(CHAIN_KNOBS, v)) for v in itertools.product(*CHAIN_KNOBS.values())]
+    for alt in wide.alternatives:
+        assert alt["aligned"]
+        assert alt["saved"] == chain_saved(alt["choice"], 64)
+        peak, saved = measured(step, 64, alt["choice"])
+        assert (alt["peak"], saved) == (peak, alt["saved"])
+        assert alt["raw_peak"] >= alt["peak"]
+        assert alt["seconds"] == 64 * (1 + 0.25 * alt["choice"]["checkpoint"]
+                                       + 0.5 * (alt["choice"]["gelu"] == "recompute"))
+    # and at a batch the fit never saw, through the fitted lines themselves
+    model = planner.fit_lines([planner._measure(step, b, {"checkpoint": True, "gelu": "save"},
+                                                "cpu") for b in MEASURE])
+    assert planner.predict_peak(model, 40) == measured(step, 40, {"checkpoint": True,
+                                                                 "gelu": "save"})[0]
+
+
+def _cost(choice):
+    return 1 + 0.25 * choice["checkpoint"] + 0.5 * (choice["gelu"] == "recompute")
+
+
+def test_chain_budget_sweep_chooses_the_fastest_that_fits_and_runs_under_the_limit(chain):
+    clock, step, wide = chain
+    needs = sorted({max(a["raw_peak"], a["peak"]) for a in wide.alternatives}, reverse=True)
+    budgets = [needs[0] + 10**6] + [b for n in needs for b in (n, n - 1)]
+    raw_peaks, peaks, predicted_raw, chosen = [], [], [], []
+    for budget in budgets:
+        p = wide.replan(budget, batch=64)  # the same fits, another budget
+        fitting = [a for a in p.alternatives if max(a["raw_peak"], a["peak"]) <= budget]
+        assert p.fits == bool(fitting)
+        if not fitting:
+            assert budget == needs[-1] - 1  # only below the least need
+            assert p.needs["budget"] == needs[-1] and p.needs["largest_batch"] < 64
+            continue
+        best = min(fitting, key=lambda a: (_cost(a["choice"]), p.alternatives.index(a)))
+        assert p.choice == best["choice"]
+        chosen.append(p.choice)
+        v = p.verify(step)  # under ta.memory.limit(budget): an OOM here fails the test
+        assert v["peak"] == p.peak and v["raw_peak"] <= budget and v["within_budget"]
+        raw_peaks.append(v["raw_peak"])
+        peaks.append(v["peak"])
+        predicted_raw.append(p.raw_peak)
+    assert chosen[0] == {"checkpoint": False, "gelu": "save"}  # all fit: the default, fastest
+    assert len({json.dumps(c) for c in chosen}) >= 2
+    assert predicted_raw == sorted(predicted_raw, reverse=True)
+    # the measured peaks are monotone as the budget shrinks: the tensor peak exactly, the
+    # raw peak up to tracemalloc's noise between two runs of one step (tens of bytes)
+    assert peaks == sorted(peaks, reverse=True)
+    assert all(b <= a + RAW_NOISE for a, b in zip(raw_peaks, raw_peaks[1:]))
+
+
+def test_chain_without_batch_finds_the_largest_batch(chain):
+    clock, step, wide = chain
+    budget = wide.alternatives[0]["raw_peak"]  # the default's need at 64
+    p = ta.memory.plan(step, budget, knobs=CHAIN_KNOBS, measure_batches=MEASURE, timer=clock)
+    assert p.fits and p.batch == max(a["largest_batch"] for a in p.alternatives) >= 64
+    assert p.raw_peak <= budget
+    assert p.choice == min((a for a in p.alternatives if a["fits"]),
+                           key=lambda a: _cost(a["choice"]))["choice"]
+    assert not p.replan(budget, batch=p.batch + 1).fits
+    assert p.replan(budget) == p  # the same data, the same plan
+    v = p.verify(step)
+    assert v["peak"] == p.peak and v["raw_peak"] <= budget
+
+
+def test_chain_nothing_fits_names_what_it_would_need(chain):
+    clock, step, wide = chain
+    p = wide.replan("1KiB", batch=64)
+    least = min(wide.alternatives, key=lambda a: (a["raw_peak"], a["peak"]))
+    assert not p.fits and p.choice == least["choice"]
+    assert p.needs["budget"] == max(least["raw_peak"], least["peak"])
+    assert p.needs["largest_batch"] == 0
+    assert "DOES NOT FIT" in str(p) and "not even batch 1" in str(p)
+
+
+# ----------------------------------------------------------------------------- (b) a GPT
+GPT_CFG = nn.GPTConfig(vocab_size=65, block_size=16, n_layer=1, n_head=2, n_embd=16,
+                       attn_block_size=8)
+
+
+def gpt_cost(choice):
+    """The test's clock for the GPT step (real step times at this size are noise): flash a
+    little cheaper than views, rebuilding the outputs and recomputing blocks dearer."""
+    return (1 + 0.125 * (choice["attn"] == "views") + 0.5 * (choice["policy"] == "recompute")
+            + 0.25 * len(choice["checkpoint"]))
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    clock, run = Clock(), gpt_step(GPT_CFG)
+
+    def step(batch, choice):
+        run(batch, choice)
+        clock.now += batch * gpt_cost(choice)
+
+    knobs = gpt_knobs(GPT_CFG)
+    wide = ta.memory.plan(step, "1GiB", batch=4, knobs=knobs, timer=clock)
+    return step, knobs, wide
+
+
+def test_gpt_knobs():
+    assert gpt_knobs(GPT_CFG) == {"attn": ["views", "flash"], "policy": ["save", "recompute"],
+                                  "checkpoint": [[], [0]]}
+    three = gpt_knobs(nn.GPTConfig(vocab_size=65, block_size=8, n_layer=3, n_head=2,
+                                   n_embd=8), attention=("flash",))
+    # equal blocks save equal bytes: the earliest first (their recompute comes last)
+    assert three["checkpoint"] == [[], [0], [0, 1], [0, 1, 2]]
+    with pytest.raises(ValueError, match="unknown attention 'fast'"):
+        gpt_knobs(GPT_CFG, attention=("fast",))
+
+
+def test_gpt_predictions_and_budget_sweep(gpt):
+    step, knobs, wide = gpt
+    assert len(wide.alternatives) == 8 and all(a["aligned"] for a in wide.alternatives)
+    needs = sorted({max(a["raw_peak"], a["peak"]) for a in wide.alternatives}, reverse=True)
+    budgets = [needs[0], needs[len(needs) // 2], needs[-1], needs[-1] - 1]
+    raw_peaks, peaks = [], []
+    for budget in budgets:
+        p = wide.replan(budget, batch=4)
+        assert p.fits == (budget >= needs[-1])
+        if not p.fits:
+            assert p.needs["budget"] == needs[-1]
+            continue
+        fitting = [a for a in p.alternatives if max(a["raw_peak"], a["peak"]) <= budget]
+        assert p.choice == min(fitting, key=lambda a: gpt_cost(a["choice"]))["choice"]
+        assert p.seconds == 4 * gpt_cost(p.choice)
+        v = p.verify(step)  # an OutOfMemoryError here fails the test
+        assert v["peak"] == p.peak and v["saved"] == p.saved  # exact
+        assert v["raw_peak"] <= budget
+        raw_peaks.append(v["raw_peak"])
+        peaks.append(v["peak"])
+    assert peaks == sorted(peaks, reverse=True)
+    assert all(b <= a + RAW_NOISE for a, b in zip(raw_peaks, raw_peaks[1:]))
+
+
+def test_gpt_gradients_under_every_plan_equal_the_unplanned_step(gpt):
+    _, knobs, _ = gpt
+
+    def grads(choice):
+        out = {}
+
+        def grab(model):
+            out.update({n: p.grad.numpy().copy() for n, p in model.named_parameters()})
+
+        gpt_step(GPT_CFG, dtype=ta.float64, after_backward=grab)(3, choice)
+        return out
+
+    plain = grads({})  # the config as it is: views, save, no checkpoint
+    flash = grads({"attn": "flash"})
+    for values in itertools.product(*knobs.values()):
+        choice = dict(zip(knobs, values))
+        got = grads(choice)
+        # save policies and checkpointing recompute the same ops: bit for bit
+        ref = plain if choice["attn"] == "views" else flash
+        for name in ref:
+            np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{choice} {name}")
+            np.testing.assert_allclose(got[name], plain[name], rtol=0, atol=1e-12)
+
+
+def test_apply_gives_the_config_and_the_policies(gpt):
+    step, knobs, wide = gpt
+    p = ta.memory.Plan.from_dict(dict(wide.to_dict(), choice={
+        "attn": "flash", "policy": "recompute", "checkpoint": [0]}))
+    config, policies = apply(p, nn.GPT(GPT_CFG))
+    assert config.attn == "flash" and config.checkpoint == (0,)
+    with policies:
+        assert ta.memory.save_policy("gelu") == ta.memory.save_policy("layer_norm") \
+            == "recompute"
+    assert ta.memory.save_policy("gelu") == "save"
+    with pytest.raises(TypeError, match="GPTConfig or a GPT"):
+        apply(p, "config")
+
+
+# ----------------------------------------------------------------------------- GPTConfig
+def test_gpt_config_checkpoint_takes_block_indices():
+    assert nn.GPTConfig(n_layer=4, checkpoint=[2, 0]).checkpoint == (0, 2)
+    assert nn.GPTConfig(n_layer=4, checkpoint=True).checkpointed_blocks() == (0, 1, 2, 3)
+    assert nn.GPTConfig(n_layer=4, checkpoint=()).checkpointed_blocks() == ()
+    import dataclasses
+
+    c = nn.GPTConfig(n_layer=4, checkpoint=(1, 3))
+    back = nn.GPTConfig(**json.loads(json.dumps(dataclasses.asdict(c))))
+    assert back == c and back.checkpoint == (1, 3)
+    for bad, msg in [((0, 0), "twice"), ((4,), "out of range"), ((True,), "ints"),
+                     ((1.0,), "ints"), (1, "bool or a tuple"), ("0", "bool or a tuple")]:
+        with pytest.raises(ValueError, match="GPTConfig.checkpoint"):
+            nn.GPTConfig(n_layer=4, checkpoint=bad)
+        with pytest.raises(ValueError, match=msg):
+            nn.GPTConfig(n_layer=4, checkpoint=bad)
+
+
+def test_partial_checkpoint_saves_less_and_gives_the_same_gradients():
+    cfg = nn.GPTConfig(vocab_size=65, block_size=8, n_layer=2, n_head=2, n_embd=8)
+    saved, grads = {}, {}
+    for blocks in ((), (0,), (0, 1)):
+        ta.manual_seed(0)
+        model = nn.GPT(nn.GPTConfig(**{**cfg.__dict__, "checkpoint": blocks}))
+        idx = ta.randint(0, 65, (2, 8))
+        with ta.memory.profile() as prof:
+            loss = model(idx, idx)[1]
+            loss.backward()
+        saved[blocks] = prof.summary()["saved_peak"]["unique_bytes_without_parameters"]
+        grads[blocks] = [p.grad.numpy() for p in model.parameters()]
+    assert saved[()] > saved[(0,)] > saved[(0, 1)]
+    for blocks in ((0,), (0, 1)):
+        for a, b in zip(grads[()], grads[blocks]):
+            np.testing.assert_array_equal(a, b)
+
+
+# ----------------------------------------------------------------------------- (c) data
+def test_plan_round_trips_through_json_and_prints_every_reason(gpt):
+    _, knobs, wide = gpt
+    p = wide.replan(wide.alternatives[-1]["raw_peak"], batch=4)
+    back = ta.memory.Plan.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert back == p and str(back) == str(p)
+    text = str(p)
+    for knob, r in p.reasons.items():
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith(f"{knob} ="))
+        assert repr(r["option"]) in line
+        if r["option"] != r["default"]:
+            assert "frees" in line and "costs" in line
+        else:
+            assert "the default" in line
+    # the reasons are differences of the alternatives' predictions
+    for knob, r in p.reasons.items():
+        other = next(a for a in p.alternatives
+                     if a["choice"] == dict(p.choice, **{knob: r["default"]}))
+        assert r["frees_raw_bytes"] == other["raw_peak"] - p.raw_peak
+        assert r["frees_bytes"] == other["peak"] - p.peak
+        assert r["costs_seconds"] == pytest.approx(p.seconds - other["seconds"])
+    with pytest.raises(ValueError, match="unknown fields"):
+        ta.memory.Plan.from_dict(dict(p.to_dict(), extra=1))
+
+
+def test_plan_argument_errors():
+    step = chain_step(Clock())
+    with pytest.raises(TypeError, match="step_fn must be callable"):
+        ta.memory.plan(None, "1MiB", batch=2)
+    with pytest.raises(ValueError, match="plan: budget"):
+        ta.memory.plan(step, "six gigs", batch=2)
+    with pytest.raises(ValueError, match="plan: budget"):
+        ta.memory.plan(step, -1, batch=2)
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        ta.memory.plan(step, "1MiB", batch=0, knobs=CHAIN_KNOBS)
+    with pytest.raises(TypeError, match="batch must be an int"):
+        ta.memory.plan(step, "1MiB", batch=2.0, knobs=CHAIN_KNOBS)
+    with pytest.raises(ValueError, match="knobs is empty"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs={})
+    with pytest.raises(TypeError, match="knobs must be a dict"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs=[("gelu", ["save"])])
+    with pytest.raises(ValueError, match="knob 'gelu' has no options"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs={"gelu": []})
+    with pytest.raises(ValueError, match="lists an option twice"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs={"gelu": ["save", "save"]})
+    with pytest.raises(TypeError, match="not JSON-able"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs={"gelu": [object()]})
+    with pytest.raises(ValueError, match="measure_batches must differ"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs=CHAIN_KNOBS, measure_batches=(2, 2))
+    with pytest.raises(ValueError, match="max_combinations"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs={"a": list(range(20)),
+                                                     "b": list(range(20))})
