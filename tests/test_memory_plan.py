@@ -330,6 +330,15 @@ def test_plan_round_trips_through_json_and_prints_every_reason(gpt):
         assert r["costs_seconds"] == pytest.approx(p.seconds - other["seconds"])
     with pytest.raises(ValueError, match="unknown fields"):
         ta.memory.Plan.from_dict(dict(p.to_dict(), extra=1))
+    # narrowed to some options: only those combinations, reasons against the first kept
+    flash = wide.replan("1GiB", batch=4, knobs={"attn": ["flash"]})
+    assert len(flash.alternatives) == 4 and flash.choice["attn"] == "flash"
+    assert flash.reasons["attn"] == {"option": "flash", "default": "flash", "frees_bytes": 0,
+                                     "frees_raw_bytes": 0, "costs_seconds": 0.0}
+    with pytest.raises(ValueError, match="unknown knob 'heads'"):
+        wide.replan("1GiB", batch=4, knobs={"heads": [1]})
+    with pytest.raises(ValueError, match="not measured with"):
+        wide.replan("1GiB", batch=4, knobs={"attn": ["naive"]})
 
 
 def test_plan_argument_errors():

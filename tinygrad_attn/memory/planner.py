@@ -312,15 +312,27 @@ class Plan:
             raise ValueError(f"Plan.from_dict: unknown fields {sorted(unknown)}")
         return cls(**json.loads(json.dumps(data)))
 
-    def replan(self, budget, batch: int | None = None) -> Plan:
+    def replan(self, budget, batch: int | None = None, knobs: dict | None = None) -> Plan:
         """The plan for another budget (and batch; None: the largest that fits) from the
-        same measurements and fits, without running the step again."""
+        same measurements and fits, without running the step again. `knobs` may narrow
+        each knob to some of its options ({"attn": ["flash"]}: flash only)."""
         budget = parse_bytes(budget, "replan: budget")
         if batch is not None:
             batch = _check_batch(batch, "batch")
-        combos = [a["choice"] for a in self.alternatives]
-        models = [_Model.from_data(m) for m in self.models]
-        return _choose(combos, models, self.knobs, budget, batch, self.measure_batches,
+        allowed = dict(self.knobs)
+        for name, options in _check_knobs(knobs).items():
+            if name not in self.knobs:
+                raise ValueError(f"replan: unknown knob {name!r}; the plan has "
+                                 f"{list(self.knobs)}")
+            missing = [o for o in options if o not in self.knobs[name]]
+            if missing:
+                raise ValueError(f"replan: knob {name!r} was not measured with {missing}")
+            allowed[name] = [o for o in self.knobs[name] if o in options]  # in plan order
+        keep = [i for i, a in enumerate(self.alternatives)
+                if all(a["choice"][k] in allowed[k] for k in allowed)]
+        combos = [self.alternatives[i]["choice"] for i in keep]
+        models = [_Model.from_data(self.models[i]) for i in keep]
+        return _choose(combos, models, allowed, budget, batch, self.measure_batches,
                        self.device)
 
     # -- running it --------------------------------------------------------------------
