@@ -137,6 +137,43 @@ def fit_lines(runs: list, series: str = "series", peak: str = "peak") -> dict:
     return {"lines": upper_envelope(lines), "aligned": aligned}
 
 
+def raw_noise(first: dict, again: dict) -> int:
+    """The most two runs of one step at one batch differ in an interval's raw peak (or in
+    the raw peak, where their event lists do not line up): tracemalloc also counts Python
+    objects, whose caches and free lists move by tens to hundreds of bytes run to run."""
+    if first["signature"] == again["signature"]:
+        return max((abs(x - y) for x, y in zip(first["raw"], again["raw"])), default=0)
+    return abs(first["raw_peak"] - again["raw_peak"])
+
+
+def fit_raw(runs: list, noise: int = 0) -> dict:
+    """Fit the raw peak as fit_lines does, through each interval's excess of the raw peak
+    over the tensor bytes live when it began (Python objects: fixed; temporaries inside
+    ops: growing with B), with each measurement taken as uncertain by `noise` bytes
+    (raw_noise): per interval, the steepest excess line the two measurements allow (never
+    falling: temporaries do not shrink with the batch) and, for batches up to the larger
+    measured one, the larger measured excess. So the prediction errs high by about
+    2 * noise * B / (b2 - b1), which a real model's activations dwarf, rather than low by as
+    much. Where the event lists do not line up, the same is done with the two peaks."""
+    r1, r2 = sorted(runs, key=lambda r: r["batch"])[:2]
+    b1, b2 = r1["batch"], r2["batch"]
+    db = b2 - b1
+    aligned = r1["signature"] == r2["signature"]
+    if aligned:  # (raw peak in the interval, tensor bytes live when it began)
+        pairs = zip(r1["raw"], r2["raw"], [0] + r1["series"][:-1], [0] + r2["series"][:-1])
+    else:
+        pairs = [(r1["raw_peak"], r2["raw_peak"], r1["peak"], r2["peak"])]
+    lines = {(0, 0)}
+    for y1, y2, s1, s2 in pairs:
+        tb = Fraction(s2 - s1, db)
+        ta_ = s1 - tb * b1  # the tensor bytes: exact
+        e1, e2 = y1 - s1, y2 - s2
+        eb = max(Fraction(e2 - e1 + 2 * noise, db), Fraction(0))
+        lines.add((ta_ + e2 + noise - eb * b2, tb + eb))
+        lines.add((ta_ + max(e1, e2) + noise, tb))
+    return {"lines": upper_envelope(lines), "aligned": aligned, "noise": noise}
+
+
 def upper_envelope(lines) -> list:
     """The lines (a, b) that are the maximum of a + b * B somewhere in B >= 1, by slope."""
     best: dict = {}
@@ -212,7 +249,7 @@ class _Model:
         self.measured = measured
 
     @classmethod
-    def fit(cls, runs: list, seconds: list) -> _Model:
+    def fit(cls, runs: list, seconds: list, noise: int = 0) -> _Model:
         r1, r2 = sorted(runs, key=lambda r: r["batch"])
         saved = _line((r1["batch"], r1["saved"]), (r2["batch"], r2["saved"]))
         (b1, t1), (b2, t2) = sorted(zip((r["batch"] for r in runs), seconds))
@@ -220,13 +257,12 @@ class _Model:
         time_line = (t1 - d * b1, d) if d >= 0 else (max(t1, t2), 0.0)
         measured = [dict({k: r[k] for k in ("batch", "peak", "raw_peak", "saved")},
                          seconds=t) for r, t in zip(runs, seconds)]
-        return cls(fit_lines(runs, "series", "peak"), fit_lines(runs, "raw", "raw_peak"),
+        return cls(fit_lines(runs, "series", "peak"), fit_raw(runs, noise),
                    saved, time_line, measured)
 
     def to_data(self) -> dict:
         def lines(fit):
-            return {"lines": [[str(a), str(b)] for a, b in fit["lines"]],
-                    "aligned": fit["aligned"]}
+            return dict(fit, lines=[[str(a), str(b)] for a, b in fit["lines"]])
         return {"tensor": lines(self.tensor), "raw": lines(self.raw),
                 "saved": [str(v) for v in self.saved], "seconds": list(self.time),
                 "measured": self.measured}
@@ -234,8 +270,7 @@ class _Model:
     @classmethod
     def from_data(cls, data: dict) -> _Model:
         def lines(fit):
-            return {"lines": [(Fraction(a), Fraction(b)) for a, b in fit["lines"]],
-                    "aligned": fit["aligned"]}
+            return dict(fit, lines=[(Fraction(a), Fraction(b)) for a, b in fit["lines"]])
         return cls(lines(data["tensor"]), lines(data["raw"]),
                    tuple(Fraction(v) for v in data["saved"]), tuple(data["seconds"]),
                    data["measured"])
@@ -459,7 +494,7 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
 
     step_fn(batch, choice) runs one training step; knobs maps each knob to its list of
     JSON-able options (the first is the default); budget is bytes or a size string
-    ('6GiB'). Each combination runs once unmeasured (compiles, first-call caches), then at
+    ('6GiB'). Each combination runs twice unmeasured (compiles, first-call caches), then at
     each of the two measure_batches under profile(raw=True), then timed without the
     profile by `timer` (a callable returning seconds). The space is enumerated: more than
     `max_combinations` combinations is refused.
@@ -483,10 +518,12 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
 
     models = []
     for choice in combos:
-        step_fn(mbs[0], dict(choice))  # warm-up: compiles and first-call caches
+        for b in mbs:  # warm-up at both sizes: compiles, first-call caches (one is not
+            step_fn(b, dict(choice))  # enough: the next run's raw peak is still higher)
         runs = [_measure(step_fn, b, choice, device) for b in mbs]
+        noise = raw_noise(runs[0], _measure(step_fn, mbs[0], choice, device))
         seconds = [_time(step_fn, b, choice, timer) for b in mbs]
-        models.append(_Model.fit(runs, seconds))
+        models.append(_Model.fit(runs, seconds, noise))
     return _choose(combos, models, knobs, budget, batch, mbs, device)
 
 
