@@ -14,12 +14,15 @@ and fits, per combination:
                   the same program), the peak the highest of those lines, max_t (a_t + b_t B).
                   Exact for a step whose every allocation is affine in B. Where the event lists
                   do not line up, the line through the two peaks is fitted instead (and said).
-    raw peak      tracemalloc's peak (temporaries inside ops, Python objects) fitted the same
-                  way, per interval between two events: StepRecorder reads and resets
-                  tracemalloc's peak at every allocation and free. Python objects make it
-                  noisy by tens to hundreds of bytes per interval, which the fit extrapolates:
-                  measure at batches where the activations dwarf that (the default (1, 2)
-                  suits any real model; a toy needs larger ones).
+    raw peak      tracemalloc's peak (temporaries inside ops, Python objects), per interval
+                  between two events (StepRecorder reads and resets tracemalloc's peak at
+                  every allocation and free): the tensor bytes live in it (exact, as above)
+                  plus an excess fitted as a line that never falls, widened by the
+                  run-to-run noise of Python objects (a third run repeats the smaller batch:
+                  fit_raw), so that it errs high. The noise is tens to hundreds of bytes, which
+                  a real model's activations dwarf at the default measure batches (1, 2); a
+                  toy step needs larger ones. On a GPU the raw bytes are CuPy's pool's (the
+                  profile's hook on it), read per interval the same way.
     saved bytes   saved-for-backward at its peak, a line through the two measurements.
     seconds       c + d * B through the two timed (unprofiled) runs; a falling line (timer
                   noise) is taken as flat at the slower run.
@@ -49,6 +52,7 @@ import tracemalloc
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 
+from .. import backend
 from . import state
 from .counters import fmt_bytes, live_bytes, parse_bytes
 from .ledger import profile
@@ -66,23 +70,30 @@ class StepRecorder:
     (kind, phase, op): the program's signature, which says whether two runs line up.
 
     Use it inside profile(raw=True), which runs tracemalloc (and pauses the background
-    compiler); it resets tracemalloc's peak at every event, so that profile's own
-    raw_peak_bytes then covers only the time after the last event.
+    compiler), or on a GPU hooks CuPy's pool; it resets that peak at every event, so that
+    the profile's own raw_peak_bytes then covers only the time after the last event.
     """
 
-    def __init__(self, device: str = "cpu") -> None:
+    def __init__(self, device: str = "cpu", pool_hook=None) -> None:
         self.device = device
         self.series: list = []
-        self.raw: list = []
+        # on a GPU the raw bytes are CuPy's pool's: `pool_hook` is the profile's hook on it
+        # (its .live and .peak), read and reset the same way; without one, no raw series
+        self.pool_hook = pool_hook
+        self.raw: list | None = [] if device == "cpu" or pool_hook is not None else None
         self.signature: list = []
         self.total = 0
 
     def __enter__(self) -> StepRecorder:
-        if not tracemalloc.is_tracing():
-            raise RuntimeError("StepRecorder needs tracemalloc: use it inside "
-                               "ta.memory.profile(raw=True)")
-        self.raw_start = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
+        if self.pool_hook is not None:
+            self.raw_start = self.pool_hook.live
+            self.pool_hook.peak = self.pool_hook.live
+        elif self.raw is not None:
+            if not tracemalloc.is_tracing():
+                raise RuntimeError("StepRecorder needs tracemalloc: use it inside "
+                                   "ta.memory.profile(raw=True)")
+            self.raw_start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
         with state.observer_lock:
             state.observers.append(self)
         return self
@@ -93,9 +104,13 @@ class StepRecorder:
         self._event("end", 0)
 
     def _event(self, kind: str, delta: int) -> None:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.reset_peak()
-        self.raw.append(peak - self.raw_start)
+        if self.pool_hook is not None:
+            self.raw.append(self.pool_hook.peak - self.raw_start)
+            self.pool_hook.peak = self.pool_hook.live
+        elif self.raw is not None:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.reset_peak()
+            self.raw.append(peak - self.raw_start)
         self.total += delta
         self.series.append(self.total)
         labels = state.local.labels
@@ -141,7 +156,7 @@ def raw_noise(first: dict, again: dict) -> int:
     """The most two runs of one step at one batch differ in an interval's raw peak (or in
     the raw peak, where their event lists do not line up): tracemalloc also counts Python
     objects, whose caches and free lists move by tens to hundreds of bytes run to run."""
-    if first["signature"] == again["signature"]:
+    if first["raw"] is not None and first["signature"] == again["signature"]:
         return max((abs(x - y) for x, y in zip(first["raw"], again["raw"])), default=0)
     return abs(first["raw_peak"] - again["raw_peak"])
 
@@ -154,23 +169,30 @@ def fit_raw(runs: list, noise: int = 0) -> dict:
     falling: temporaries do not shrink with the batch) and, for batches up to the larger
     measured one, the larger measured excess. So the prediction errs high by about
     2 * noise * B / (b2 - b1), which a real model's activations dwarf, rather than low by as
-    much. Where the event lists do not line up, the same is done with the two peaks."""
+    much. Where the event lists do not line up, or there is no raw series (a GPU: the pool
+    hook gives one peak a run), the excess of the raw peak over the tensor peak is fitted
+    so and added to the tensor peak's fit (fit_lines)."""
     r1, r2 = sorted(runs, key=lambda r: r["batch"])[:2]
     b1, b2 = r1["batch"], r2["batch"]
     db = b2 - b1
-    aligned = r1["signature"] == r2["signature"]
-    if aligned:  # (raw peak in the interval, tensor bytes live when it began)
-        pairs = zip(r1["raw"], r2["raw"], [0] + r1["series"][:-1], [0] + r2["series"][:-1])
-    else:
-        pairs = [(r1["raw_peak"], r2["raw_peak"], r1["peak"], r2["peak"])]
-    lines = {(0, 0)}
-    for y1, y2, s1, s2 in pairs:
-        tb = Fraction(s2 - s1, db)
-        ta_ = s1 - tb * b1  # the tensor bytes: exact
-        e1, e2 = y1 - s1, y2 - s2
+
+    def excess_lines(e1, e2) -> list:
         eb = max(Fraction(e2 - e1 + 2 * noise, db), Fraction(0))
-        lines.add((ta_ + e2 + noise - eb * b2, tb + eb))
-        lines.add((ta_ + max(e1, e2) + noise, tb))
+        return [(e2 + noise - eb * b2, eb), (max(e1, e2) + noise, Fraction(0))]
+
+    aligned = r1["signature"] == r2["signature"]
+    lines = {(0, 0)}
+    if aligned and r1["raw"] is not None:  # per interval: raw peak, tensor bytes at its start
+        pairs = zip(r1["raw"], r2["raw"], [0] + r1["series"][:-1], [0] + r2["series"][:-1])
+        for y1, y2, s1, s2 in pairs:
+            tb = Fraction(s2 - s1, db)
+            ta_ = s1 - tb * b1  # the tensor bytes: exact
+            for ea, eb in excess_lines(y1 - s1, y2 - s2):
+                lines.add((ta_ + ea, tb + eb))
+    else:
+        tensor = fit_lines(runs, "series", "peak")["lines"]
+        for ea, eb in excess_lines(r1["raw_peak"] - r1["peak"], r2["raw_peak"] - r2["peak"]):
+            lines.update((a + ea, b + eb) for a, b in tensor)
     return {"lines": upper_envelope(lines), "aligned": aligned, "noise": noise}
 
 
@@ -468,11 +490,12 @@ def _measure(step_fn, batch: int, choice: dict, device: str) -> dict:
     # under a limit no step reaches, as verify() runs it: the limit's observer keeps a
     # record of every storage, which the raw peak counts
     with limit(UNREACHABLE, device), profile(raw=True, device=device) as prof, \
-            StepRecorder(prof.device) as rec:
+            StepRecorder(prof.device, getattr(prof, "_pool_hook", None)) as rec:
         step_fn(batch, dict(choice))
     s = prof.summary()
+    raw_peak = s["raw_peak_bytes"] if rec.raw is None else max(rec.raw, default=0)
     run = {"batch": batch, "series": rec.series, "raw": rec.raw, "signature": rec.signature,
-           "peak": max(rec.series, default=0), "raw_peak": max(rec.raw, default=0),
+           "peak": max(rec.series, default=0), "raw_peak": raw_peak,
            "saved": s["saved_peak"]["unique_bytes_without_parameters"]}
     del prof
     return run
@@ -494,10 +517,11 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
 
     step_fn(batch, choice) runs one training step; knobs maps each knob to its list of
     JSON-able options (the first is the default); budget is bytes or a size string
-    ('6GiB'). Each combination runs twice unmeasured (compiles, first-call caches), then at
-    each of the two measure_batches under profile(raw=True), then timed without the
-    profile by `timer` (a callable returning seconds). The space is enumerated: more than
-    `max_combinations` combinations is refused.
+    ('6GiB'). Each combination runs seven times: twice unmeasured (compiles, first-call
+    caches), at each of the two measure_batches under profile(raw=True) and once more at
+    the smaller (the raw peak's noise), then timed without the profile by `timer` (a
+    callable returning seconds). The space is enumerated: more than `max_combinations`
+    combinations is refused.
     """
     if not callable(step_fn):
         raise TypeError(f"plan: step_fn must be callable, got {type(step_fn).__name__}")
@@ -505,6 +529,7 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
     if batch is not None:
         batch = _check_batch(batch, "batch")
     knobs = _check_knobs(knobs)
+    device = str(backend.canonical_device(device))  # a plain str: the plan is JSON data
     mbs = list(measure_batches)
     if len(mbs) != 2:
         raise ValueError(f"plan: measure_batches needs two batch sizes, got {measure_batches}")
@@ -518,8 +543,10 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
 
     models = []
     for choice in combos:
-        for b in mbs:  # warm-up at both sizes: compiles, first-call caches (one is not
-            step_fn(b, dict(choice))  # enough: the next run's raw peak is still higher)
+        # warm-up at both sizes (compiles, first-call caches; after one call the next
+        # run's raw peak is still a few hundred bytes higher)
+        for b in mbs:
+            step_fn(b, dict(choice))
         runs = [_measure(step_fn, b, choice, device) for b in mbs]
         noise = raw_noise(runs[0], _measure(step_fn, mbs[0], choice, device))
         seconds = [_time(step_fn, b, choice, timer) for b in mbs]
@@ -543,7 +570,8 @@ def _choose(combos, models, knobs, budget, batch, mbs, device) -> Plan:
     if fitting:
         pick = min(fitting, key=lambda i: (models[i].seconds(batch), i))
     else:
-        pick = min(order, key=lambda i: (models[i].raw_peak(batch), models[i].peak(batch), i))
+        pick = min(order, key=lambda i: (max(models[i].raw_peak(batch), models[i].peak(batch)),
+                                         i))
         m = models[pick]
         need = max(m.raw_peak(batch), m.peak(batch))
         most = max(largest)
