@@ -402,7 +402,8 @@ class Plan:
         profile(raw=True): returns the measured tensor peak, raw peak, saved bytes and
         seconds (and whether they are within the budget). The limit is the budget on top of
         the live bytes when the step starts (what the process held before is not the
-        step's). An OutOfMemoryError when the plan said it fits is a bug: it is raised."""
+        step's). An OutOfMemoryError when the plan said it fits is a bug: it is raised (and
+        a plan that does not fit will usually raise it)."""
         gc.collect()
         base = live_bytes(self.device)
         t0 = time.perf_counter()
