@@ -82,39 +82,29 @@ def test_each_module_imports_only_lower_layers():
     assert not problems, "\n".join(problems)
 
 
-def test_only_backend_imports_numpy_or_cupy():
-    offenders = []
+def _absolute_imports():
+    """(path, module name) for every absolute import in tinygrad_attn/ and nn/."""
     for path in sorted(ROOT.glob("tinygrad_attn/**/*.py")) + sorted(ROOT.glob("nn/**/*.py")):
-        if ENGINE / "backend" in path.parents:
-            continue
         for node in ast.walk(ast.parse(path.read_text())):
-            names = []
             if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
+                for a in node.names:
+                    yield path, a.name
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module or ""]
-            for n in names:
-                if n.split(".")[0] in ("numpy", "cupy", "cupyx"):
-                    offenders.append(f"{path.relative_to(ROOT)}: import {n}")
+                yield path, node.module or ""
+
+
+def test_only_backend_imports_numpy_or_cupy():
+    offenders = [f"{path.relative_to(ROOT)}: import {n}" for path, n in _absolute_imports()
+                 if n.split(".")[0] in ("numpy", "cupy", "cupyx")
+                 and ENGINE / "backend" not in path.parents]
     assert not offenders, "\n".join(offenders)
 
 
 def test_only_the_mpi_backend_imports_mpi4py():
     """mpi4py.MPI starts MPI when imported: one module imports it, lazily (backend/mpi.py)."""
-    offenders = []
     allowed = ENGINE / "backend" / "mpi.py"
-    for path in sorted(ROOT.glob("tinygrad_attn/**/*.py")) + sorted(ROOT.glob("nn/**/*.py")):
-        if path == allowed:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module or ""]
-            for n in names:
-                if n.split(".")[0] == "mpi4py":
-                    offenders.append(f"{path.relative_to(ROOT)}: import {n}")
+    offenders = [f"{path.relative_to(ROOT)}: import {n}" for path, n in _absolute_imports()
+                 if n.split(".")[0] == "mpi4py" and path != allowed]
     assert not offenders, "\n".join(offenders)
 
 
