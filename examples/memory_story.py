@@ -23,10 +23,11 @@ state included), as the planner counts them.
      choice, and the simple choices (checkpoint every block; flash attention only;
      recompute policies only, gelu and layer_norm). Each row runs under the limit: whether
      it fits (no OutOfMemoryError; the limit counts tensors, so a raw peak over the budget
-     is said apart, and such a row does not count as fitting, as for the planner), its measured tensor and raw peaks (without the limit
-     for a row that does not fit: what it would need), and its step time: the median of
-     --steps steps of one model after a warm-up step (the model is built once, so
-     building it is not timed), against the unconstrained step's.
+     is said apart, and such a row does not count as fitting, as for the planner), its
+     measured tensor and raw peaks (without the limit for a row that does not fit: what
+     it would need), and its step time: the median of --steps steps of one model after a
+     warm-up step (the model is built once, so building it is not timed), against the
+     unconstrained step's.
 
 One configuration runs at a time, and everything of one row is freed before the next.
 """
