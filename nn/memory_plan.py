@@ -24,6 +24,7 @@ every choice, so a model built from the new config loads the old one's state_dic
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import tinygrad_attn as ta
 
@@ -95,7 +96,10 @@ def gpt_step(config: GPTConfig, seed: int = 0, lr: float = 3e-4, dtype=None,
     choice) (seed `seed`: the same weights under every choice), AdamW with its state made
     up front (prime_adamw: the steady state), a random token batch of `batch` rows, and runs
     one step under the choice's save policies: forward, backward, AdamW step, zero_grad.
-    Returns the loss. `dtype` casts the model (ta.float64 for exact comparisons);
+    Returns the seconds of that step proper (time.perf_counter around forward, backward
+    and the optimizer, after the model and batch are built), which ta.memory.plan takes as
+    the step's time; the loss of the last call is the step's `.loss`. `dtype` casts the
+    model (ta.float64 for exact comparisons);
     `after_backward(model)`, if given, is called between backward and the optimizer step
     (to read the gradients)."""
 
@@ -110,14 +114,18 @@ def gpt_step(config: GPTConfig, seed: int = 0, lr: float = 3e-4, dtype=None,
             prime_adamw(opt)
             idx = ta.randint(0, cfg.vocab_size, (batch, cfg.block_size))
             targets = ta.randint(0, cfg.vocab_size, (batch, cfg.block_size))
+            t0 = time.perf_counter()
             _, loss = model(idx, targets)
             loss.backward()
             if after_backward is not None:
                 after_backward(model)
             opt.step()
             opt.zero_grad()
-            return loss.item()
+            step.loss = loss.item()  # (a GPU's queue is done once the loss is read)
+            seconds = time.perf_counter() - t0
+            return seconds
 
+    step.loss = None
     return step
 
 

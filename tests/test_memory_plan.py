@@ -8,6 +8,7 @@ fails the test.
 
 import itertools
 import json
+import time
 
 import numpy as np
 import pytest
@@ -385,3 +386,87 @@ def test_plan_argument_errors():
     with pytest.raises(ValueError, match="max_combinations"):
         ta.memory.plan(step, "1MiB", batch=2, knobs={"a": list(range(20)),
                                                      "b": list(range(20))})
+    with pytest.raises(ValueError, match="time_batches must differ"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs=CHAIN_KNOBS, time_batches=(4, 4))
+    with pytest.raises(ValueError, match="time_batches needs two"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs=CHAIN_KNOBS, time_batches=(4,))
+    with pytest.raises(ValueError, match="time batch must be >= 1"):
+        ta.memory.plan(step, "1MiB", batch=2, knobs=CHAIN_KNOBS, time_batches=(0, 4))
+
+
+# ----------------------------------------------------------------------------- the time model
+def reporting_step(calls):
+    """The chain's step that returns its own seconds, a known cost (2 per row, 3 more for
+    the checkpoint), and records the batches it ran at."""
+    chain = chain_step(Clock())
+
+    def step(batch, choice):
+        calls.append(batch)
+        chain(batch, choice)
+        return 2.0 * batch + 3.0 * choice["checkpoint"]
+
+    return step
+
+
+def test_plan_takes_the_seconds_a_step_returns():
+    calls = []
+    knobs = {"checkpoint": [False, True], "gelu": ["save"]}
+    p = ta.memory.plan(reporting_step(calls), "1GiB", batch=64, knobs=knobs,
+                       measure_batches=MEASURE)
+    # the fitted line goes exactly through the reported seconds, not the call's wall time
+    for alt in p.alternatives:
+        assert alt["seconds"] == 2.0 * 64 + 3.0 * alt["choice"]["checkpoint"]
+    assert p.choice == {"checkpoint": False, "gelu": "save"} and p.seconds == 128.0
+    assert p.time_batches is None
+    assert p.models[0]["measured"][0]["seconds"] == 2.0 * MEASURE[0]
+    # 7 runs a combination at the measure batches, as before: warm-ups, measures, timed
+    assert calls == [4, 8, 4, 8, 4, 4, 8] * 2
+    # a timer given: its reading around the call, whatever the step returns
+    clock = Clock()
+    chain = chain_step(clock)
+
+    def both(batch, choice):
+        chain(batch, choice)
+        return 1e9  # ignored under a timer
+
+    q = ta.memory.plan(both, "1GiB", batch=64, knobs=knobs, measure_batches=MEASURE,
+                       timer=clock)
+    assert [a["seconds"] for a in q.alternatives] == [64.0, 64 * 1.25]
+    # a bool or anything but a number is no report: perf_counter's reading is taken
+    assert planner.step_seconds(True) is None and planner.step_seconds(0.5) == 0.5
+    assert planner.step_seconds(None) is None and planner.step_seconds(3) == 3.0
+
+
+def test_time_batches_time_at_other_sizes_than_the_profile():
+    calls = []
+    knobs = {"checkpoint": [False, True], "gelu": ["save"]}
+    p = ta.memory.plan(reporting_step(calls), "1GiB", batch=64, knobs=knobs,
+                       measure_batches=MEASURE, time_batches=(16, 32))
+    # warm-ups and measures at 4 and 8; 16 and 32 warmed once then timed
+    assert calls == [4, 8, 4, 8, 4, 16, 32, 16, 32] * 2
+    assert p.time_batches == [16, 32]
+    assert [a["seconds"] for a in p.alternatives] == [128.0, 131.0]
+    assert p.models[1]["measured"][-1] == {"timed": [[16, 35.0], [32, 67.0]]}
+    assert "timed at 16 and 32" in str(p)
+    # the memory fits are the measure batches' as without time_batches
+    plain = ta.memory.plan(reporting_step([]), "1GiB", batch=64, knobs=knobs,
+                           measure_batches=MEASURE)
+    assert [a["peak"] for a in p.alternatives] == [a["peak"] for a in plain.alternatives]
+    back = ta.memory.Plan.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert back == p and back.replan("1GiB", batch=8).time_batches == [16, 32]
+    # a time batch that is a measure batch is not warmed again
+    calls.clear()
+    ta.memory.plan(reporting_step(calls), "1GiB", batch=64, knobs={"checkpoint": [False],
+                   "gelu": ["save"]}, measure_batches=MEASURE, time_batches=(8, 16))
+    assert calls == [4, 8, 4, 8, 4, 16, 8, 16]
+
+
+def test_gpt_step_returns_the_seconds_of_the_step_proper():
+    step = gpt_step(GPT_CFG)
+    assert step.loss is None
+    t0 = time.perf_counter()
+    seconds = step(2, {})
+    total = time.perf_counter() - t0
+    assert isinstance(seconds, float) and 0 < seconds < total
+    # the loss of a fresh model on random tokens: about log(vocab)
+    assert abs(step.loss - np.log(GPT_CFG.vocab_size)) < 0.5

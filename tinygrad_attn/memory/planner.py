@@ -24,8 +24,16 @@ and fits, per combination:
                   toy step needs larger ones. On a GPU the raw bytes are CuPy's pool's (the
                   profile's hook on it), read per interval the same way.
     saved bytes   saved-for-backward at its peak, a line through the two measurements.
-    seconds       c + d * B through the two timed (unprofiled) runs; a falling line (timer
-                  noise) is taken as flat at the slower run.
+    seconds       c + d * B through two timed (unprofiled) runs at `time_batches` (default:
+                  the measure batches; a caller may time at larger ones, where the step's
+                  own work dwarfs its fixed costs); a falling line (timer noise) is taken as
+                  flat at the slower run. A step_fn that returns a number (an int or float,
+                  not a bool) reports its own seconds: the step proper, without building its
+                  model and batch (nn.memory_plan.gpt_step times forward, backward and the
+                  optimizer step so), and the planner takes that number. That holds with
+                  the default timer=None only: a caller that passes a timer (a test's fake
+                  clock, or time.perf_counter to time the whole call) gets the timer's
+                  reading around the call, whatever the step returns.
 
 All sizes are what the step holds above the live bytes when it starts: a step that builds its
 model, gradients and optimizer state counts them all. The measuring runs are under a limit
@@ -271,14 +279,22 @@ class _Model:
         self.measured = measured
 
     @classmethod
-    def fit(cls, runs: list, seconds: list, noise: int = 0) -> _Model:
+    def fit(cls, runs: list, seconds: list, noise: int = 0,
+            time_batches: list | None = None) -> _Model:
+        """`seconds[i]` is the timed step at time_batches[i] (default: the runs' batches,
+        in the runs' order)."""
         r1, r2 = sorted(runs, key=lambda r: r["batch"])
         saved = _line((r1["batch"], r1["saved"]), (r2["batch"], r2["saved"]))
-        (b1, t1), (b2, t2) = sorted(zip((r["batch"] for r in runs), seconds))
+        tbs = [r["batch"] for r in runs] if time_batches is None else list(time_batches)
+        (b1, t1), (b2, t2) = sorted(zip(tbs, seconds))
         d = (t2 - t1) / (b2 - b1)
         time_line = (t1 - d * b1, d) if d >= 0 else (max(t1, t2), 0.0)
-        measured = [dict({k: r[k] for k in ("batch", "peak", "raw_peak", "saved")},
-                         seconds=t) for r, t in zip(runs, seconds)]
+        measured = [{k: r[k] for k in ("batch", "peak", "raw_peak", "saved")} for r in runs]
+        if time_batches is None:  # each run's seconds beside its bytes, as before
+            for m, t in zip(measured, seconds):
+                m["seconds"] = t
+        else:
+            measured.append({"timed": [[b, t] for b, t in zip(tbs, seconds)]})
         return cls(fit_lines(runs, "series", "peak"), fit_raw(runs, noise),
                    saved, time_line, measured)
 
@@ -354,6 +370,7 @@ class Plan:
     device: str = "cpu"
     needs: dict | None = None
     notes: list = field(default_factory=list)
+    time_batches: list | None = None  # where the seconds were timed (None: measure_batches)
     models: list = field(default_factory=list, repr=False)  # the fits, one per alternative
 
     # -- data --------------------------------------------------------------------------
@@ -390,7 +407,7 @@ class Plan:
         combos = [self.alternatives[i]["choice"] for i in keep]
         models = [_Model.from_data(self.models[i]) for i in keep]
         return _choose(combos, models, allowed, budget, batch, self.measure_batches,
-                       self.device)
+                       self.device, self.time_batches)
 
     # -- running it --------------------------------------------------------------------
     def run(self, step_fn):
@@ -400,7 +417,8 @@ class Plan:
     def verify(self, step_fn) -> dict:
         """Run the step at plan.batch with plan.choice under ta.memory.limit and
         profile(raw=True): returns the measured tensor peak, raw peak, saved bytes and
-        seconds (and whether they are within the budget). The limit is the budget on top of
+        seconds (the step's own, when it returns a number, as plan() takes it; else the
+        call's), and whether they are within the budget. The limit is the budget on top of
         the live bytes when the step starts (what the process held before is not the
         step's). An OutOfMemoryError when the plan said it fits is a bug: it is raised (and
         a plan that does not fit will usually raise it)."""
@@ -409,8 +427,10 @@ class Plan:
         t0 = time.perf_counter()
         with limit(base + self.budget, self.device), \
                 profile(raw=True, device=self.device) as prof:
-            self.run(step_fn)
+            result = self.run(step_fn)
         seconds = time.perf_counter() - t0
+        if step_seconds(result) is not None:  # the step's own time, as plan() takes it
+            seconds = step_seconds(result)
         s = prof.summary()
         peak, raw = s["tensor_peak_above_start"], s["raw_peak_bytes"]
         return {"peak": peak, "raw_peak": raw, "baseline": base, "seconds": seconds,
@@ -436,8 +456,10 @@ class Plan:
             lines.append(f"  needs: {self.needs['message']}")
         for note in self.notes:
             lines.append(f"  note: {note}")
+        timed = ("" if not self.time_batches else
+                 f", timed at {self.time_batches[0]} and {self.time_batches[1]}")
         lines.append(f"  alternatives at batch {self.batch} (measured at batches "
-                     f"{self.measure_batches[0]} and {self.measure_batches[1]}):")
+                     f"{self.measure_batches[0]} and {self.measure_batches[1]}{timed}):")
         names = list(self.knobs)
         lines.append("    " + " | ".join(names + ["peak", "raw peak", "saved", "seconds",
                                                   "fits", "largest batch"]))
@@ -502,16 +524,29 @@ def _measure(step_fn, batch: int, choice: dict, device: str) -> dict:
     return run
 
 
+def step_seconds(result) -> float | None:
+    """The seconds a step_fn reported by returning them (an int or float, not a bool), or
+    None."""
+    if isinstance(result, bool) or not isinstance(result, (int, float)):
+        return None
+    return float(result)
+
+
 def _time(step_fn, batch: int, choice: dict, timer) -> float:
+    """The seconds of one step: the timer's reading around the call with a timer, else
+    the step's own report (step_seconds) or, without one, time.perf_counter's."""
     gc.collect()
-    t0 = timer()
-    step_fn(batch, dict(choice))
-    return timer() - t0
+    clock = time.perf_counter if timer is None else timer
+    t0 = clock()
+    result = step_fn(batch, dict(choice))
+    elapsed = clock() - t0
+    reported = step_seconds(result) if timer is None else None
+    return elapsed if reported is None else reported
 
 
 def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
-         measure_batches=(1, 2), device: str = "cpu", timer=time.perf_counter,
-         max_combinations: int = 256) -> Plan:
+         measure_batches=(1, 2), device: str = "cpu", timer=None,
+         max_combinations: int = 256, time_batches=None) -> Plan:
     """The fastest combination of `knobs` whose step fits `budget` at `batch` (or, without
     `batch`, the largest batch that fits, then the fastest combination there). See the
     module docstring for what is measured and fitted.
@@ -520,9 +555,12 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
     JSON-able options (the first is the default); budget is bytes or a size string
     ('6GiB'). Each combination runs seven times: twice unmeasured (compiles, first-call
     caches), at each of the two measure_batches under profile(raw=True) and once more at
-    the smaller (the raw peak's noise), then timed without the profile by `timer` (a
-    callable returning seconds). The space is enumerated: more than `max_combinations`
-    combinations is refused.
+    the smaller (the raw peak's noise), then timed without the profile at each of
+    `time_batches` (default: the measure batches; any other is warmed up once first). The
+    time is the number step_fn returns, when it returns one, else time.perf_counter's
+    around the call; with a `timer` (a callable returning seconds) always the timer's
+    around the call (module docstring). The space is enumerated: more than
+    `max_combinations` combinations is refused.
     """
     if not callable(step_fn):
         raise TypeError(f"plan: step_fn must be callable, got {type(step_fn).__name__}")
@@ -537,6 +575,15 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
     mbs = sorted(_check_batch(b, "a measure batch") for b in mbs)
     if mbs[0] == mbs[1]:
         raise ValueError(f"plan: measure_batches must differ, got {measure_batches}")
+    if time_batches is None:
+        tbs = None
+    else:
+        tbs = list(time_batches)
+        if len(tbs) != 2:
+            raise ValueError(f"plan: time_batches needs two batch sizes, got {time_batches}")
+        tbs = sorted(_check_batch(b, "a time batch") for b in tbs)
+        if tbs[0] == tbs[1]:
+            raise ValueError(f"plan: time_batches must differ, got {time_batches}")
     combos = [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())]
     if len(combos) > max_combinations:
         raise ValueError(f"plan: {len(combos)} combinations of knobs is more than "
@@ -550,12 +597,18 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
             step_fn(b, dict(choice))
         runs = [_measure(step_fn, b, choice, device) for b in mbs]
         noise = raw_noise(runs[0], _measure(step_fn, mbs[0], choice, device))
-        seconds = [_time(step_fn, b, choice, timer) for b in mbs]
-        models.append(_Model.fit(runs, seconds, noise))
-    return _choose(combos, models, knobs, budget, batch, mbs, device)
+        if tbs is None:
+            seconds = [_time(step_fn, b, choice, timer) for b in mbs]
+        else:
+            for b in tbs:
+                if b not in mbs:  # warm-up at a size not run yet
+                    step_fn(b, dict(choice))
+            seconds = [_time(step_fn, b, choice, timer) for b in tbs]
+        models.append(_Model.fit(runs, seconds, noise, tbs))
+    return _choose(combos, models, knobs, budget, batch, mbs, device, tbs)
 
 
-def _choose(combos, models, knobs, budget, batch, mbs, device) -> Plan:
+def _choose(combos, models, knobs, budget, batch, mbs, device, tbs=None) -> Plan:
     order = range(len(combos))
     largest = [m.largest_batch(budget) for m in models]
     notes = []
@@ -603,4 +656,5 @@ def _choose(combos, models, knobs, budget, batch, mbs, device) -> Plan:
                 peak=m.peak(batch), raw_peak=m.raw_peak(batch), saved=m.saved_bytes(batch),
                 seconds=m.seconds(batch), knobs=knobs, alternatives=alternatives,
                 reasons=reasons, measure_batches=list(mbs), device=device, needs=needs,
-                notes=notes, models=[m.to_data() for m in models])
+                notes=notes, time_batches=None if tbs is None else list(tbs),
+                models=[m.to_data() for m in models])
