@@ -34,6 +34,18 @@ saying what changed, when the text is not the same. A --config TOML file holds f
 name (`n_layer = 6`, `lr = 1e-3`); flags on the command line override it, and its text is
 saved in the checkpoint.
 
+--memory-budget SIZE (`--memory-budget 6GiB --batch-size 64`) trains within SIZE bytes of
+tensors: ta.memory.plan measures the step (nn.memory_plan.gpt_step, the run's seed and
+learning rate) and picks the fastest attention (views or flash; --attn given: that one),
+save policies and recomputed blocks (--checkpoint given: all or none) that fit, prints the
+plan, and trains under ta.memory.set_limit(SIZE), the emulated device: the process's
+tensors, so the step is planned within SIZE less the corpus's tensors (and anything else
+alive then). Without --batch-size, the batch is the largest that fits. A budget nothing
+fits stops before training with one line naming the budget or batch that would (status
+2). The plan is saved in the checkpoint ("memory_plan", "memory_budget"); --resume trains
+on under it without planning again, and refuses another --memory-budget (as it refuses
+other flags that would change the run). On the CPU and one process only.
+
 Data-parallel: `mpiexec -n N python examples/train_gpt.py ...` trains on N processes (the
 MPI backend of ta.distributed; pip install '.[distributed]'). --batch-size stays the global
 batch and must be divisible by N; each rank trains on its N-th of every batch. Rank 0 alone
@@ -46,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -117,6 +130,13 @@ def _bool(text: str) -> bool:
                                      f"{text!r}")
 
 
+def _budget(text: str) -> int:
+    try:
+        return ta.memory.parse_bytes(text, "--memory-budget")
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _device(text: str) -> str:
     if text in ("cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit()):
         return text
@@ -170,6 +190,11 @@ OTHER_FLAGS = {  # dest: (type, kind, help); not TrainConfig or GPTConfig fields
     "out": (str, str, f"directory for the checkpoint ({CHECKPOINT}) (default: a new "
                       f"{RUNS}/DATE-TIME in the working directory)"),
     "no_progress": (None, bool, "no progress bar"),
+    "memory_budget": (_budget, str, "train within this many bytes of tensors (6GiB, 512MiB): "
+                                    "plan the fastest attention, save policies and "
+                                    "recomputed blocks that fit (ta.memory.plan), print the "
+                                    "plan, and train under this emulated limit; without "
+                                    "--batch-size, at the largest batch that fits"),
 }
 DEFAULT_MODEL = nn.GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=128)
 
@@ -226,6 +251,7 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                    **({"default": argparse.SUPPRESS} if suppress_defaults else {}),
                    help="start a new run in an --out that holds a checkpoint, replacing it")
     add(t, "no_progress", OTHER_FLAGS["no_progress"], False)
+    add(t, "memory_budget", OTHER_FLAGS["memory_budget"], None)
     return p
 
 
@@ -370,6 +396,8 @@ class _Run:
         self.lock: RunLock | None = None
         self.created = False
         self.total = None  # the step the run trains to
+        self.plan = None  # (the memory plan, the process's budget) under --memory-budget
+        self.memory = contextlib.ExitStack()  # its limit and save policies while training
 
     @property
     def ckpt(self) -> str:
@@ -396,6 +424,7 @@ class _Run:
                   "training, so that the run's checkpoint is not lost at its end")
 
     def release(self) -> None:
+        self.memory.close()  # the emulated limit and the save policies, as they were
         if self.lock is not None:
             self.lock.release()
             self.lock = None
@@ -558,10 +587,16 @@ def _interrupted(e: KeyboardInterrupt, run: _Run) -> None:
 
 def _main(args, given: set, run: _Run) -> Trainer:
     train_given = {k: getattr(args, k) for k in TRAIN_FLAGS if k in given}
+    if args.memory_budget is not None and _world()[0] > 1:
+        _fail("--memory-budget plans one process's step; a data-parallel run is not planned "
+              "per rank: drop --memory-budget, or train on one process")
+    if args.memory_budget is not None and args.device != "cpu":
+        _fail(f"--memory-budget plans the step on the CPU only; drop it with --device "
+              f"{args.device}")
     if args.resume:
         trainer = _resume(args, given, train_given, run)
     else:
-        trainer = _start(args, run)
+        trainer = _start(args, run, given)
     if args.config_text is not None:
         trainer.metadata["config_file"] = json.dumps({"path": os.path.abspath(args.config),
                                                       "text": args.config_text})
@@ -584,6 +619,8 @@ def _main(args, given: set, run: _Run) -> Trainer:
     note = trainer.schedule_note()
     if note:
         _say(note)
+    if run.plan is not None:
+        _enter_plan(trainer, run)
     trainer.run()
     if trainer.rank != 0:  # the final loss and the sample are rank 0's to print
         return trainer
@@ -596,7 +633,7 @@ def _main(args, given: set, run: _Run) -> Trainer:
     return trainer
 
 
-def _start(args, run: _Run) -> Trainer:
+def _start(args, run: _Run, given: frozenset = frozenset()) -> Trainer:
     """A new run: its flags and data checked, then its out directory taken."""
     if args.n_embd % args.n_head:
         _fail(f"--n-embd ({args.n_embd}) must be a multiple of --n-head ({args.n_head})")
@@ -620,6 +657,8 @@ def _start(args, run: _Run) -> Trainer:
     if _world()[0] > 1:  # rank 0's out directory (a new runs/DATE-TIME is named there)
         run.out = broadcast_text(run.out or "")
     gcfg = nn.GPTConfig(**{k: getattr(args, k) for k in MODEL_FLAGS})
+    if args.memory_budget is not None:
+        gcfg = _plan(args, given, gcfg, text, run)
     _check_fits(gcfg, args.batch_size)
     tcfg = TrainConfig(**{k: getattr(args, k) for k in TRAIN_FLAGS}, out=run.out,
                        progress=not args.no_progress)
@@ -629,7 +668,86 @@ def _start(args, run: _Run) -> Trainer:
         _fail(str(e))
     _say_data_parallel(trainer)
     trainer.metadata["data"] = os.path.abspath(args.data) if args.data else ""
+    if run.plan is not None:
+        plan, budget = run.plan
+        trainer.metadata["memory_plan"] = json.dumps(plan.to_dict())
+        trainer.metadata["memory_budget"] = str(budget)
     return trainer
+
+
+def _corpus_bytes(text: str) -> int:
+    """The tensor bytes the trainer holds for the corpus (its token ids, split into views
+    for training and validation), measured by making them as the trainer does."""
+    from nn.data import CharTokenizer, train_val_split
+
+    before = ta.memory.live_bytes()
+    ids = ta.tensor(CharTokenizer(text).encode(text), dtype=ta.int64)
+    parts = train_val_split(ids, 0.9)
+    del ids
+    held = ta.memory.live_bytes() - before
+    del parts
+    return held
+
+
+def _plan(args, given: set, gcfg: nn.GPTConfig, text: str, run: _Run) -> nn.GPTConfig:
+    """--memory-budget: the plan of this run's step, printed; the config it builds (and
+    args.batch_size set to its batch). One line and status 2 when nothing fits.
+
+    The budget is the whole process's: the trainer runs under ta.memory.set_limit(budget),
+    which counts every tensor alive. The step (ta.memory.plan of nn.memory_plan.gpt_step,
+    which builds the model, its gradients and AdamW's state, and the batch) is planned
+    within what is left of it once the corpus tensors and whatever else the process holds
+    now are counted."""
+    from nn.data import CharTokenizer
+    from nn.memory_plan import apply, gpt_knobs, gpt_step
+
+    budget = args.memory_budget
+    gcfg = dataclasses.replace(gcfg, vocab_size=CharTokenizer(text).vocab_size)
+    held = ta.memory.live_bytes() + _corpus_bytes(text)
+    fmt = ta.memory.fmt_bytes
+    if held >= budget:
+        _fail(f"--memory-budget {fmt(budget)}: the corpus's tensors (with what the process "
+              f"holds already) take {fmt(held)}; give a larger budget")
+    if "attn" in given:  # the attention asked for; else views and flash (naive is never
+        attention = (args.attn,)  # faster), flash only without dropout
+    else:
+        attention = ("views",) if args.dropout > 0 else ("views", "flash")
+    knobs = gpt_knobs(gcfg, attention=attention, seed=args.seed)
+    if "checkpoint" in given:  # recomputing every block or none, as asked
+        knobs["checkpoint"] = [list(range(gcfg.n_layer))] if args.checkpoint else [[]]
+    batch = args.batch_size if "batch_size" in given else None
+    _say(f"planning the step within --memory-budget {fmt(budget)} ({fmt(budget - held)} "
+         f"after the corpus's {fmt(held)} of tensors) "
+         + (f"at batch {batch}" if batch else "at the largest batch that fits") + " ...")
+    plan = ta.memory.plan(gpt_step(gcfg, seed=args.seed, lr=args.lr), budget - held,
+                          batch=batch, knobs=knobs, time_batches=(2, 4))
+    _say(str(plan))
+    if not plan.fits:
+        need, most = plan.needs["budget"], plan.needs["largest_batch"]
+        _fail(f"--memory-budget {fmt(budget)} does not fit batch {plan.batch}: the least "
+              f"predicted peak of its step is {fmt(need)} above the corpus's {fmt(held)} of "
+              f"tensors; "
+              f"give --memory-budget {fmt(need + held)} ({need + held} bytes) or more"
+              + (f", or --batch-size {most} or less" if most else
+                 "; not even batch 1 fits"))
+    if batch is None:
+        _say(f"batch size {plan.batch}: the largest that fits --memory-budget "
+             f"{fmt(budget)}")
+    args.batch_size = plan.batch
+    run.plan = (plan, budget)
+    config, _ = apply(plan, gcfg)
+    return config
+
+
+def _enter_plan(trainer: Trainer, run: _Run) -> None:
+    """Training from here on under the plan's save policies and the emulated limit."""
+    from nn.memory_plan import policies_for
+
+    plan, budget = run.plan
+    run.memory.enter_context(policies_for(plan.choice))
+    run.memory.enter_context(ta.memory.limit(budget, trainer.tcfg.device))
+    _say(f"memory: training under an emulated limit of {ta.memory.fmt_bytes(budget)} "
+         f"(ta.memory.set_limit), {plan.choice}")
 
 
 def _say_data_parallel(trainer: Trainer) -> None:
@@ -708,6 +826,7 @@ def _resume(args, given: set, train_given: dict, run: _Run) -> Trainer:
         _fail(f"--resume: {e}")
     _on_rank0(lambda: run.take(args.out, create=False))
     run.out = args.out
+    _resume_plan(args, given, meta, path, run)
     text, data = _resume_text(args, given, meta, path)
     model = {k: getattr(args, k) for k in MODEL_FLAGS if k in given}
     overrides = {**train_given, "out": args.out, "progress": not args.no_progress}
@@ -732,7 +851,36 @@ def _resume(args, given: set, train_given: dict, run: _Run) -> Trainer:
         _say(f"data: {data} (the run's text, moved from {meta['data'] or 'the corpus'})")
     trainer.metadata["data"] = data
     _say(f"resumed from {path} at step {trainer.step}, training to step {trainer.tcfg.steps}")
+    if run.plan is not None:
+        _say(f"memory plan of the run (from its checkpoint, not planned again): batch "
+             f"{run.plan[0].batch}, {run.plan[0].choice}, --memory-budget "
+             f"{ta.memory.fmt_bytes(run.plan[1])}")
     return trainer
+
+
+def _resume_plan(args, given: set, meta: dict, path: str, run: _Run) -> None:
+    """The checkpoint's memory plan, restored as it was (its batch and model are in the
+    run's configs; its save policies and budget come back from here). --memory-budget on a
+    resume must be the run's own: a resumed run continues its run exactly, as with the
+    other flags that would change it."""
+    fmt = ta.memory.fmt_bytes
+    if "memory_plan" not in meta:
+        if "memory_budget" in given:
+            _fail(f"cannot resume {path} with --memory-budget: its run was not planned (a "
+                  "resumed run continues that run exactly); drop --memory-budget, or start "
+                  "a new run with another --out")
+        return
+    try:
+        plan = ta.memory.Plan.from_dict(json.loads(meta["memory_plan"]))
+        budget = int(meta["memory_budget"])
+    except (KeyError, TypeError, ValueError) as e:
+        _fail(f"--resume: {path}: its memory_plan metadata cannot be read: {e}")
+    if "memory_budget" in given and args.memory_budget != budget:
+        _fail(f"cannot resume {path} with --memory-budget {fmt(args.memory_budget)}: its run "
+              f"was planned for {fmt(budget)} (a resumed run continues that run exactly, "
+              f"with the same plan); drop --memory-budget, or start a new run with another "
+              "--out")
+    run.plan = (plan, budget)
 
 
 if __name__ == "__main__":
