@@ -179,6 +179,13 @@ def test_budget_with_flags_narrows_the_knobs_and_refuses_data_parallel(data, tmp
                          "4", "--dropout", "0.1", "--steps", "1"))
     assert _plan_of(tmp_path / "drop")[1].knobs["attn"] == ["views"]
     capsys.readouterr()
+    # in a --config file, as a size string; its batch_size counts as given
+    toml = tmp_path / "run.toml"
+    toml.write_text('memory_budget = "1MiB"\nbatch_size = 3\n')
+    train_gpt.main(_tiny(data, tmp_path / "cfg", "--config", str(toml), "--steps", "1"))
+    meta, plan = _plan_of(tmp_path / "cfg")
+    assert plan.batch == 3 and meta["memory_budget"] == str(BUDGET)
+    capsys.readouterr()
     monkeypatch.setattr(train_gpt, "_world", lambda: (2, 0))
     err = _exit_2(capsys, _tiny(data, tmp_path / "dp", "--memory-budget", "1MiB"))
     assert "not planned per rank" in err
