@@ -267,7 +267,8 @@ def main(argv=None) -> dict:
         row = {"name": name, "choice": choice, "limited": limited}
         if name.startswith("unconstrained"):
             row.update(fits=base_peaks["peak"] <= budget, peak=base_peaks["peak"],
-                       raw_peak=base_peaks["raw_peak"], seconds=base_time["seconds"])
+                       raw_peak=base_peaks["raw_peak"], seconds=base_time["seconds"],
+                       times=base_time["times"])
             rows.append(row)
             continue
         if name == "naive port":
@@ -284,10 +285,13 @@ def main(argv=None) -> dict:
             else:
                 peaks = measure_peaks(step, batch, choice)
         row.update(fits=fits, peak=peaks["peak"], raw_peak=peaks["raw_peak"], seconds=None)
+        timed = None
         if fits:
-            row["seconds"] = time_steps(config, batch, choice, steps, budget)["seconds"]
+            timed = time_steps(config, batch, choice, steps, budget)
         elif args.time_oom_rows:
-            row["seconds"] = time_steps(config, batch, choice, steps, None)["seconds"]
+            timed = time_steps(config, batch, choice, steps, None)
+        if timed is not None:
+            row.update(seconds=timed["seconds"], times=timed["times"])
         rows.append(row)
         print(f"  {name}: {'fits' if fits else 'OutOfMemoryError'}, peak {fmt(row['peak'])}"
               + ("" if row["seconds"] is None else f", {row['seconds']:.3f} s"))
