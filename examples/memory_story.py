@@ -1,7 +1,8 @@
-"""The motivating story end to end: a nanoGPT port that runs out of memory at batch 64 under a
-6 GiB device, and the memory planner's setting that fits it.
+"""The motivating story end to end: a nanoGPT port's batch-64 step under an emulated 6 GiB
+device (where the story's port ran out of memory), and the memory planner's setting for it.
 
     python examples/memory_story.py                       # the story's sizes (takes minutes)
+    python examples/memory_story.py --budget 2GiB         # a budget that binds here
     python examples/memory_story.py --markdown story.md   # also write the table there
     python examples/memory_story.py --quick               # a tiny config (the tests use it)
 
@@ -30,6 +31,11 @@ state included), as the planner counts them.
      unconstrained step's.
 
 One configuration runs at a time, and everything of one row is freed before the next.
+
+Measured on a 2-core CPU: at the story's sizes this engine's step peaks at 3.06 GiB, the
+naive port included, so under 6 GiB every row fits and the default is the answer; under
+--budget 2GiB the naive port, flash only and recompute policies only run out of memory,
+and the planner's setting (1.09 GiB) and checkpointing every block fit.
 """
 
 from __future__ import annotations
