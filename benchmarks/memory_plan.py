@@ -130,9 +130,10 @@ def main(argv=None) -> dict:
                   f"{'-' if optimum is None else f'{optimum:.4f}'} |")
             assert optimum is None or optimum == plan.seconds
             rows.append({"batch": batch, "budget": budget, "plan": plan.to_dict()})
-    print("\nseconds: the cost model's prediction (c + d * B through the timed steps at the "
-          "measure batches, model building included); the optimum is the least over every "
-          "combination that fits, by brute force.")
+    print("\nseconds: the cost model's prediction (c + d * B through the step's own seconds, "
+          "gpt_step's forward, backward and AdamW, timed at the measure batches; at these "
+          "tiny batches the differences between settings are mostly timing noise); the "
+          "optimum is the least over every combination that fits, by brute force.")
     return {"points": points, "rows": rows}
 
 

@@ -71,6 +71,7 @@ import threading
 import time
 
 import nn
+import nn.ranks
 import tinygrad_attn as ta
 from nn.data import default_corpus, identity_changes, load_text
 from nn.gpt import ATTENTION, MLPS, NORMS, POS_EMBS
@@ -270,18 +271,8 @@ def _launched_on_ranks() -> bool:
     return False
 
 
-def _dist():
-    import tinygrad_attn.distributed as dist
-
-    return dist
-
-
-def _world() -> tuple[int, int]:
-    """(world size, rank); (1, 0) on one process."""
-    dist = _dist()
-    if not dist.is_initialized():
-        return 1, 0
-    return dist.get_world_size(), dist.get_rank()
+_dist = nn.ranks.distributed  # ta.distributed, imported on first use
+_world = nn.ranks.world  # (world size, rank); (1, 0) on one process
 
 
 def _say(*args, **kwargs) -> None:
