@@ -51,7 +51,6 @@ def test_memory_story_quick(tmp_path):
     plan = out["plan"]
     if not plan["fits"]:
         assert plan["needs"] is not None and plan["needs"]["budget"] > 3 * MiB
-        assert "the planner's choice does not fit" in out["summary"]
         return
     assert plan["fits"] is True and plan["needs"] is None
     assert plan["peak"] <= 3 * MiB and plan["raw_peak"] <= 3 * MiB
