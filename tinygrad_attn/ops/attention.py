@@ -193,6 +193,12 @@ class ScaledDotProductAttention(Function):
     """
 
     @staticmethod
+    def flops(ctx, args, out) -> int:
+        """2*B*Lq*S*E + 2*B*Lq*S*Ev, the full q k^T and p v whatever the mask (torch's)."""
+        q, k, v = args[:3]
+        return 2 * math.prod(out.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+
+    @staticmethod
     def forward(ctx, q, k, v, mask=None, is_causal=False, scale=None, block_size=None,
                 dropout=None):
         xp = backend.xp_for(q.device)

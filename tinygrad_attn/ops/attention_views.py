@@ -65,6 +65,12 @@ class CausalAttention(Function):
     """
 
     @staticmethod
+    def flops(ctx, args, out) -> int:
+        """2*B*T*T*E + 2*B*T*T*Ev, the full products (torch's causal sdpa count)."""
+        q, k, v = args[:3]
+        return 2 * math.prod(out.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+
+    @staticmethod
     def forward(ctx, q, k, v, scale, block_size, dropout=None):
         xp = backend.xp_for(q.device)
         Q, K, V = q._array(), k._array(), v._array()

@@ -69,6 +69,13 @@ class Conv(Function):
     """
 
     @staticmethod
+    def flops(ctx, args, out) -> int:
+        """2 * batch * prod(output spatial) * prod(weight.shape) (torch's conv count)."""
+        x, weight, n = args[0], args[1], args[3]
+        batch = 1 if ctx.unbatched else x.shape[0]
+        return 2 * batch * math.prod(out.shape[-n:]) * math.prod(weight.shape)
+
+    @staticmethod
     def forward(ctx, x, weight, bias, n, stride, padding, dilation, groups):
         op_name = f"conv{n}d"
         _conv_checks(op_name, n, x, weight, bias, groups, transposed=False)
@@ -170,6 +177,13 @@ class ConvTranspose(Function):
 
     Saves the input and the weight (no new bytes); the columns of g are built in backward.
     """
+
+    @staticmethod
+    def flops(ctx, args, out) -> int:
+        """2 * batch * prod(input spatial) * prod(weight.shape) (torch's transposed rule)."""
+        x, weight, n = args[0], args[1], args[3]
+        batch = 1 if ctx.unbatched else x.shape[0]
+        return 2 * batch * math.prod(x.shape[-n:]) * math.prod(weight.shape)
 
     @staticmethod
     def forward(ctx, x, weight, bias, n, stride, padding, output_padding, dilation, groups):

@@ -260,6 +260,11 @@ class Linear(Function):
     """
 
     @staticmethod
+    def flops(ctx, args, out) -> int:
+        """2 * rows * in * out, the GEMM only (torch counts addmm's bias add as 0)."""
+        return 2 * math.prod(out.shape) * args[0].shape[-1]
+
+    @staticmethod
     def forward(ctx, x, weight, bias=None):
         for name, t in (("input", x), ("weight", weight)):
             if type(t) is not Tensor:

@@ -289,6 +289,11 @@ class Matmul(Function):
     """
 
     @staticmethod
+    def flops(ctx, args, out) -> int:
+        """2 * prod(broadcast batch dims) * M * K * N: out holds batch * M * N."""
+        return 2 * shp.numel(out.shape) * ctx.shapes[0][-1]
+
+    @staticmethod
     def forward(ctx, a, b):
         check_same_device("matmul", a, b)
         if a.ndim < 2 or b.ndim < 2:  # 1-D operands are promoted by matmul() below
