@@ -368,7 +368,9 @@ def test_plan_round_trips_through_json_and_prints_every_reason(gpt):
     flash = wide.replan("1GiB", batch=4, knobs={"attn": ["flash"]})
     assert len(flash.alternatives) == 4 and flash.choice["attn"] == "flash"
     assert flash.reasons["attn"] == {"option": "flash", "default": "flash", "frees_bytes": 0,
-                                     "frees_raw_bytes": 0, "costs_seconds": 0.0}
+                                     "frees_raw_bytes": 0, "costs_seconds": 0.0,
+                                     "recompute_flops": 0, "recomputed_ops": 0,
+                                     "no_longer_saved": [], "newly_saved": []}
     with pytest.raises(ValueError, match="unknown knob 'heads'"):
         wide.replan("1GiB", batch=4, knobs={"heads": [1]})
     with pytest.raises(ValueError, match="not measured with"):
@@ -435,8 +437,9 @@ def test_plan_takes_the_seconds_a_step_returns():
     assert p.choice == {"checkpoint": False, "gelu": "save"} and p.seconds == 128.0
     assert p.time_batches is None
     assert p.models[0]["measured"][0]["seconds"] == 2.0 * MEASURE[0]
-    # 7 runs a combination at the measure batches, as before: warm-ups, measures, timed
-    assert calls == [4, 8, 4, 8, 4, 4, 8] * 2
+    # 7 runs a combination at the measure batches: the attribution runs (also the warm-ups)
+    # and the measures of every combination first, then the timed runs
+    assert calls == [4, 8, 4, 8, 4] * 2 + [4, 8] * 2
     # a timer given: its reading around the call, whatever the step returns
     clock = Clock()
     chain = chain_step(clock)
@@ -458,8 +461,8 @@ def test_time_batches_time_at_other_sizes_than_the_profile():
     knobs = {"checkpoint": [False, True], "gelu": ["save"]}
     p = ta.memory.plan(reporting_step(calls), "1GiB", batch=64, knobs=knobs,
                        measure_batches=MEASURE, time_batches=(16, 32))
-    # warm-ups and measures at 4 and 8; 16 and 32 warmed once then timed
-    assert calls == [4, 8, 4, 8, 4, 16, 32, 16, 32] * 2
+    # attribution runs and measures at 4 and 8; 16 and 32 warmed once then timed
+    assert calls == [4, 8, 4, 8, 4] * 2 + [16, 32, 16, 32] * 2
     assert p.time_batches == [16, 32]
     assert [a["seconds"] for a in p.alternatives] == [128.0, 131.0]
     assert p.models[1]["measured"][-1] == {"timed": [[16, 35.0], [32, 67.0]]}

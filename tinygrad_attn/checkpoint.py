@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from .autograd import Function, backward, enable_grad, grad
 from .autograd.engine import _accumulate_leaf
-from .autograd.graph import AccumulateGrad, recording, recording_state, unwrap
+from .autograd.graph import AccumulateGrad, recomputing, recording, recording_state, unwrap
 from .creation import default_generator
 from .memory import scopes as ledger_scopes
 from .memory import state as ledger_state
@@ -33,7 +33,11 @@ from .tensor import Tensor
 
 
 class Checkpoint(Function):
-    """Saves only the tensor arguments (and the RNG state); recomputes fn in backward."""
+    """Saves only the tensor arguments (and the RNG state); recomputes fn in backward.
+    A container: op observers hear the ops fn runs (their FLOPs), in forward and, marked
+    as recompute, in the rerun."""
+
+    container = True
 
     @staticmethod
     def forward(ctx, fn, *args):
@@ -78,7 +82,7 @@ def _rerun(ctx, args: list):
     now = default_generator.get_state()
     default_generator.set_state(ctx.rng_state)
     try:
-        with enable_grad(), ledger_scopes.resume_calls(ctx.module_calls):
+        with enable_grad(), ledger_scopes.resume_calls(ctx.module_calls), recomputing():
             return ctx.block(*args)
     finally:
         default_generator.set_state(now)

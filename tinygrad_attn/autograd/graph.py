@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+import time
 import weakref
 
 from ..backend.dtypes import quiet_fp_errors, restore_fp_errors
@@ -410,7 +411,18 @@ class _Recipe:
                 "saved tensors were already freed; use retain_graph=True"
             )
         with no_grad():
-            return self.producer.fn.recompute(self.producer)
+            if not ledger_state.op_observers:
+                return self.producer.fn.recompute(self.producer)
+            t0 = time.perf_counter()
+            out = self.producer.fn.recompute(self.producer)
+            here, fn = ledger_state.local, self.producer.fn
+            here.recomputing += 1
+            try:
+                _op_heard(fn, self.producer, None, out, {**here.labels, "scope":
+                          self.producer.scope}, here, time.perf_counter() - t0)
+            finally:
+                here.recomputing -= 1
+            return out
 
 
 class AccumulateGrad(Node):
@@ -476,6 +488,19 @@ class Function:
     saves: dict | None = None
     """What forward keeps under each save policy ("save", "recompute"), in words."""
 
+    container: bool = False
+    """forward runs other ops as the work itself (checkpoint): op observers hear those ops,
+    not this one."""
+
+    @staticmethod
+    def flops(ctx, args, out) -> int:
+        """The floating-point operations of one forward call, counted as torch's
+        FlopCounterMode counts them: 2 per multiply-add of the matmul family (matmul,
+        linear, attention, convolution), 0 for every other op (docs/memory-planner.md).
+        `args` are forward's arguments (None for a save policy's recompute), `out` its
+        output."""
+        return 0
+
     @staticmethod
     def forward(ctx, *args):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -511,11 +536,16 @@ class Function:
         here.labels = {**labels, "op": cls.__name__, "call": id(ctx)}
         mode.enabled = False
         quiet = quiet_fp_errors()
+        watch = _watch_op(here, cls) if ledger_state.op_observers else None
         try:
             out = cls.forward(ctx, *args, **kwargs)
         finally:
             restore_fp_errors(quiet)
             here.labels, mode.enabled = labels, enabled
+            if watch is not None:
+                here.op_depth = watch[0]
+        if watch is not None and watch[0] == 0 and not cls.container:
+            _op_heard(cls, ctx, args, out, labels, here, time.perf_counter() - watch[1])
         if record:
             ctx.seq = next(_seq)
             ctx.scope = labels["scope"]
@@ -530,6 +560,42 @@ class Function:
         if ctx._non_differentiable:
             del ctx._non_differentiable
         return out
+
+
+def _watch_op(here, cls) -> tuple:
+    """(this thread's op depth before the call, the clock) for an op observers hear; the
+    ops a call runs inside its forward are its own work (a container's are not)."""
+    depth = here.op_depth
+    if not cls.container:
+        here.op_depth = depth + 1
+    return depth, time.perf_counter()
+
+
+def _op_heard(cls, ctx, args, out, labels: dict, here, seconds: float) -> None:
+    """Tell the op observers of one op call (ledger_state.op_observers)."""
+    record = {"op": cls.__name__, "scope": labels["scope"], "phase": labels["phase"],
+              "recompute": here.recomputing > 0, "flops": int(cls.flops(ctx, args, out)),
+              "seconds": seconds}
+    with ledger_state.observer_lock:
+        for obs in tuple(ledger_state.op_observers):
+            obs.on_op(record)
+
+
+class recomputing:
+    """Marks forward work re-run in backward (a checkpoint's rerun) for the op observers:
+    the ops inside are heard with "recompute" True, at depth 0."""
+
+    def __enter__(self):
+        here = ledger_state.local
+        self.prev = here.op_depth
+        here.recomputing += 1
+        here.op_depth = 0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        here = ledger_state.local
+        here.recomputing -= 1
+        here.op_depth = self.prev
 
 
 def _connect_inputs(ctx: Node, args: tuple) -> bool:

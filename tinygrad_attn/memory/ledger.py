@@ -294,6 +294,24 @@ class Profile:
                              "via": info["via"]})
         return rows
 
+    def saved_tensors(self) -> list:
+        """The storages saved for backward at the moment saved bytes peaked, largest first:
+        bytes, dtype, shape, what (dtype[shape] from op in scope at line), the op and scope
+        that made it, its source line (with source_lines=True), and held_by (the forward
+        ops whose nodes keep it). Parameters are left out, as in saved_peak's
+        unique_bytes_without_parameters."""
+        if self._saved_peak_t < 0:
+            return []
+        keys = ("bytes", "what", "op", "scope", "source", "via", "held_by")
+        out = []
+        for h in self._holders_at(self._saved_peak_t, None):
+            if h["category"] == "saved":
+                info = self._tracker.info[h["storage"]]
+                row = {k: h[k] for k in keys}
+                row.update(dtype=str(info["dtype"]), shape=list(info["shape"] or ()))
+                out.append(row)
+        return json.loads(json.dumps(out, default=str))
+
     def summary(self) -> dict:
         """Everything the report shows, as plain Python data (JSON-serializable)."""
         return json.loads(json.dumps(self._summary, default=str))

@@ -56,217 +56,31 @@ import gc
 import itertools
 import json
 import time
-import tracemalloc
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 
 from .. import backend
-from . import state
 from .counters import fmt_bytes, live_bytes, parse_bytes
 from .ledger import profile
+from .planfit import (  # noqa: F401 - the fits are planner.fit_lines etc. as well
+    MAX_BATCH,
+    OpRecorder,
+    StepRecorder,
+    _ceil,
+    _largest,
+    _line,
+    fit_lines,
+    fit_raw,
+    largest_batch,
+    peak_line,
+    predict_peak,
+    raw_noise,
+    recompute_keys,
+    upper_envelope,
+)
 from .tracker import limit
 
 UNREACHABLE = 2**62  # the limit the measuring runs are under (as verify's, never reached)
-MAX_BATCH = 2**24  # the search for the largest batch stops here (a step that barely grows)
-
-
-# ----------------------------------------------------------------------------- recording
-class StepRecorder:
-    """A ledger observer that keeps, for each allocation and free on `device`, the live
-    bytes above the start after it, the raw (tracemalloc) peak since the event before it
-    (the temporaries inside the op in between, Python objects included), and the event's
-    (kind, phase, op): the program's signature, which says whether two runs line up.
-
-    Use it inside profile(raw=True), which runs tracemalloc (and pauses the background
-    compiler), or on a GPU hooks CuPy's pool; it resets that peak at every event, so that
-    the profile's own raw_peak_bytes then covers only the time after the last event.
-    """
-
-    def __init__(self, device: str = "cpu", pool_hook=None) -> None:
-        self.device = device
-        self.series: list = []
-        # on a GPU the raw bytes are CuPy's pool's: `pool_hook` is the profile's hook on it
-        # (its .live and .peak), read and reset the same way; without one, no raw series
-        self.pool_hook = pool_hook
-        self.raw: list | None = [] if device == "cpu" or pool_hook is not None else None
-        self.signature: list = []
-        self.total = 0
-
-    def __enter__(self) -> StepRecorder:
-        if self.pool_hook is not None:
-            self.raw_start = self.pool_hook.live
-            self.pool_hook.peak = self.pool_hook.live
-        elif self.raw is not None:
-            if not tracemalloc.is_tracing():
-                raise RuntimeError("StepRecorder needs tracemalloc: use it inside "
-                                   "ta.memory.profile(raw=True)")
-            self.raw_start = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-        with state.observer_lock:
-            state.observers.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        with state.observer_lock:
-            state.observers.remove(self)
-        self._event("end", 0)
-
-    def _event(self, kind: str, delta: int) -> None:
-        if self.pool_hook is not None:
-            self.raw.append(self.pool_hook.peak - self.raw_start)
-            self.pool_hook.peak = self.pool_hook.live
-        elif self.raw is not None:
-            peak = tracemalloc.get_traced_memory()[1]
-            tracemalloc.reset_peak()
-            self.raw.append(peak - self.raw_start)
-        self.total += delta
-        self.series.append(self.total)
-        labels = state.local.labels
-        self.signature.append((kind, labels["phase"], labels["op"]))
-
-    def on_alloc(self, st) -> None:
-        if st.device == self.device:
-            self._event("alloc", st.nbytes)
-
-    def on_free(self, st) -> None:
-        if st.device == self.device:
-            self._event("free", -st.nbytes)
-
-
-# ----------------------------------------------------------------------------- the fit
-def fit_lines(runs: list, series: str = "series", peak: str = "peak") -> dict:
-    """Fit peak(B) = max_t (a_t + b_t B) from two runs of the same step at different batch
-    sizes: dicts with "batch", "signature" and the per-event `series` (a StepRecorder's
-    "series" or "raw") and its maximum `peak`.
-
-    Memory is affine in the batch: parameters, gradients, optimizer state and buffers are
-    fixed, every activation scales with B, at every moment of the step; so with the two
-    runs' event lists lined up, each moment is a line, and the peak is the highest line. At
-    small B the optimizer step (fixed-size state) can be the peak while at large B backward
-    is, which the line through the two peaks alone would miss. Where the event lists do not
-    line up (an op that branches on size), that one line is what is fitted ("aligned" False).
-    Returns {"lines": the upper envelope for B >= 1 as [(a, b)] Fractions, "aligned"}.
-    """
-    r1, r2 = sorted(runs, key=lambda r: r["batch"])[:2]
-    db = r2["batch"] - r1["batch"]
-    if db <= 0:
-        raise ValueError("fit_lines: the two runs need different batch sizes")
-    aligned = r1["signature"] == r2["signature"]
-    pairs = zip(r1[series], r2[series]) if aligned else [(r1[peak], r2[peak])]
-    lines = {(0, 0)}  # the moment before the first event: nothing above the start
-    for y1, y2 in pairs:
-        b = Fraction(y2 - y1, db)
-        lines.add((y1 - b * r1["batch"], b))
-    return {"lines": upper_envelope(lines), "aligned": aligned}
-
-
-def raw_noise(first: dict, again: dict) -> int:
-    """The most two runs of one step at one batch differ in an interval's raw peak (or in
-    the raw peak, where their event lists do not line up): tracemalloc also counts Python
-    objects, whose caches and free lists move by tens to hundreds of bytes run to run."""
-    if first["raw"] is not None and first["signature"] == again["signature"]:
-        return max((abs(x - y) for x, y in zip(first["raw"], again["raw"])), default=0)
-    return abs(first["raw_peak"] - again["raw_peak"])
-
-
-def fit_raw(runs: list, noise: int = 0) -> dict:
-    """Fit the raw peak as fit_lines does, through each interval's excess of the raw peak
-    over the tensor bytes live when it began (Python objects: fixed; temporaries inside
-    ops: growing with B), with each measurement taken as uncertain by `noise` bytes
-    (raw_noise): per interval, the steepest excess line the two measurements allow (never
-    falling: temporaries do not shrink with the batch) and, for batches up to the larger
-    measured one, the larger measured excess. So the prediction errs high by about
-    2 * noise * B / (b2 - b1), which a real model's activations dwarf, rather than low by as
-    much. Where the event lists do not line up, or there is no raw series (a GPU: the pool
-    hook gives one peak a run), the excess of the raw peak over the tensor peak is fitted
-    so and added to the tensor peak's fit (fit_lines)."""
-    r1, r2 = sorted(runs, key=lambda r: r["batch"])[:2]
-    b1, b2 = r1["batch"], r2["batch"]
-    db = b2 - b1
-
-    def excess_lines(e1, e2) -> list:
-        eb = max(Fraction(e2 - e1 + 2 * noise, db), Fraction(0))
-        return [(e2 + noise - eb * b2, eb), (max(e1, e2) + noise, Fraction(0))]
-
-    aligned = r1["signature"] == r2["signature"]
-    lines = {(0, 0)}
-    if aligned and r1["raw"] is not None:  # per interval: raw peak, tensor bytes at its start
-        pairs = zip(r1["raw"], r2["raw"], [0] + r1["series"][:-1], [0] + r2["series"][:-1])
-        for y1, y2, s1, s2 in pairs:
-            tb = Fraction(s2 - s1, db)
-            ta_ = s1 - tb * b1  # the tensor bytes: exact
-            for ea, eb in excess_lines(y1 - s1, y2 - s2):
-                lines.add((ta_ + ea, tb + eb))
-    else:
-        tensor = fit_lines(runs, "series", "peak")["lines"]
-        for ea, eb in excess_lines(r1["raw_peak"] - r1["peak"], r2["raw_peak"] - r2["peak"]):
-            lines.update((a + ea, b + eb) for a, b in tensor)
-    return {"lines": upper_envelope(lines), "aligned": aligned, "noise": noise}
-
-
-def upper_envelope(lines) -> list:
-    """The lines (a, b) that are the maximum of a + b * B somewhere in B >= 1, by slope."""
-    best: dict = {}
-    for a, b in lines:  # of equal slopes only the highest can be the maximum
-        if b not in best or a > best[b]:
-            best[b] = a
-    hull: list = []
-    for b in sorted(best):
-        a = best[b]
-        # the middle line is never the maximum if the new one overtakes the first no later
-        # than the middle one does
-        while len(hull) >= 2:
-            (a1, b1), (a2, b2) = hull[-2], hull[-1]
-            if (a1 - a) * (b2 - b1) <= (a1 - a2) * (b - b1):
-                hull.pop()
-            else:
-                break
-        hull.append((a, b))
-    # drop the lines that are the maximum only below B = 1
-    while len(hull) >= 2:
-        (a1, b1), (a2, b2) = hull[0], hull[1]
-        if a1 - a2 <= b2 - b1:  # they cross at B = (a1 - a2) / (b2 - b1) <= 1
-            hull.pop(0)
-        else:
-            break
-    return hull
-
-
-def predict_peak(fit: dict, batch: int):
-    """max over the fitted lines at `batch` (a Fraction: exact where the fit is)."""
-    return max(a + b * batch for a, b in fit["lines"])
-
-
-def peak_line(fit: dict, batch: int) -> tuple:
-    """(a, b) of the line that is the peak at `batch`."""
-    return max(fit["lines"], key=lambda ab: ab[0] + ab[1] * batch)
-
-
-def largest_batch(fit: dict, budget: int) -> int:
-    """The largest B whose predicted peak is within `budget` (0 if not even B = 1 fits;
-    MAX_BATCH if the peak does not grow with B)."""
-    return _largest(lambda b: predict_peak(fit, b) <= budget)
-
-
-def _largest(fits) -> int:
-    """The largest B in [1, MAX_BATCH] with fits(B), for a `fits` true on a prefix (the
-    predictions are maxima of lines: convex in B, so the B within a budget are an interval)."""
-    if not fits(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= MAX_BATCH and fits(hi):
-        lo, hi = hi, 2 * hi
-    if hi > MAX_BATCH:
-        return MAX_BATCH if fits(MAX_BATCH) else _bisect(fits, lo, MAX_BATCH + 1)
-    return _bisect(fits, lo, hi)
-
-
-def _bisect(fits, lo: int, hi: int) -> int:
-    """fits(lo) and not fits(hi): the last B that fits."""
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
 
 
 # ----------------------------------------------------------------------------- one combination
@@ -274,9 +88,13 @@ class _Model:
     """The fitted predictions of one combination of options (plain data: to_data())."""
 
     def __init__(self, tensor: dict, raw: dict, saved: tuple, time_line: tuple,
-                 measured: list) -> None:
+                 measured: list, attribution: dict | None = None) -> None:
         self.tensor, self.raw, self.saved, self.time = tensor, raw, saved, time_line
         self.measured = measured
+        # what the two attribution runs saw: the recompute FLOPs line (a, b), the ops re-run
+        # in backward, the saved tensors at the saved peak (one list per measure batch), and
+        # where the seconds came from (timed, or a timed setting plus recomputed ops)
+        self.attribution = attribution or {}
 
     @classmethod
     def fit(cls, runs: list, seconds: list, noise: int = 0,
@@ -301,17 +119,23 @@ class _Model:
     def to_data(self) -> dict:
         def lines(fit):
             return dict(fit, lines=[[str(a), str(b)] for a, b in fit["lines"]])
+        att = dict(self.attribution)
+        if "flops" in att:
+            att["flops"] = [str(v) for v in att["flops"]]
         return {"tensor": lines(self.tensor), "raw": lines(self.raw),
                 "saved": [str(v) for v in self.saved], "seconds": list(self.time),
-                "measured": self.measured}
+                "measured": self.measured, "attribution": att}
 
     @classmethod
     def from_data(cls, data: dict) -> _Model:
         def lines(fit):
             return dict(fit, lines=[(Fraction(a), Fraction(b)) for a, b in fit["lines"]])
+        att = dict(data.get("attribution") or {})
+        if "flops" in att:
+            att["flops"] = tuple(Fraction(v) for v in att["flops"])
         return cls(lines(data["tensor"]), lines(data["raw"]),
                    tuple(Fraction(v) for v in data["saved"]), tuple(data["seconds"]),
-                   data["measured"])
+                   data["measured"], att)
 
     def peak(self, batch: int) -> int:
         return _ceil(predict_peak(self.tensor, batch))
@@ -325,21 +149,23 @@ class _Model:
     def seconds(self, batch: int) -> float:
         return float(self.time[0] + self.time[1] * batch)
 
+    def recompute_flops(self, batch: int) -> int | None:
+        """FLOPs re-run in backward (checkpoint reruns, save-policy rebuilds): exact, a line
+        in the batch through the two attribution runs; None without them."""
+        if "flops" not in self.attribution:
+            return None
+        a, b = self.attribution["flops"]
+        return _ceil(a + b * batch)
+
+    def recomputed_ops(self) -> int | None:
+        keys = self.attribution.get("recomputed")
+        return None if keys is None else len(keys)
+
     def fits(self, batch: int, budget: int) -> bool:
         return self.peak(batch) <= budget and self.raw_peak(batch) <= budget
 
     def largest_batch(self, budget: int) -> int:
         return _largest(lambda b: self.fits(b, budget))
-
-
-def _line(p1: tuple, p2: tuple) -> tuple:
-    (x1, y1), (x2, y2) = p1, p2
-    b = Fraction(y2 - y1, x2 - x1)
-    return (y1 - b * x1, b)
-
-
-def _ceil(x) -> int:
-    return -((-x.numerator) // x.denominator) if isinstance(x, Fraction) else int(x)
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -372,6 +198,10 @@ class Plan:
     notes: list = field(default_factory=list)
     time_batches: list | None = None  # where the seconds were timed (None: measure_batches)
     models: list = field(default_factory=list, repr=False)  # the fits, one per alternative
+    recompute_flops: int | None = None  # FLOPs re-run in backward under the choice (exact)
+    recomputed_ops: int | None = None  # op calls re-run in backward under the choice
+    time_knobs: list | None = None  # the knobs timed (None: every combination timed)
+    repeats: int = 1  # timed runs per time batch (the median)
 
     # -- data --------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -406,22 +236,26 @@ class Plan:
                 if all(a["choice"][k] in allowed[k] for k in allowed)]
         combos = [self.alternatives[i]["choice"] for i in keep]
         models = [_Model.from_data(self.models[i]) for i in keep]
-        return _choose(combos, models, allowed, budget, batch, self.measure_batches,
-                       self.device, self.time_batches)
+        result = _choose(combos, models, allowed, budget, batch, self.measure_batches,
+                         self.device, self.time_batches)
+        result.time_knobs, result.repeats = self.time_knobs, self.repeats
+        return result
 
     # -- running it --------------------------------------------------------------------
     def run(self, step_fn):
         """step_fn(plan.batch, plan.choice): one step as planned."""
         return step_fn(self.batch, dict(self.choice))
 
-    def verify(self, step_fn) -> dict:
+    def verify(self, step_fn, flops: bool = False) -> dict:
         """Run the step at plan.batch with plan.choice under ta.memory.limit and
         profile(raw=True): returns the measured tensor peak, raw peak, saved bytes and
         seconds (the step's own, when it returns a number, as plan() takes it; else the
         call's), and whether they are within the budget. The limit is the budget on top of
         the live bytes when the step starts (what the process held before is not the
         step's). An OutOfMemoryError when the plan said it fits is a bug: it is raised (and
-        a plan that does not fit will usually raise it)."""
+        a plan that does not fit will usually raise it). With `flops`, the step runs once
+        more (under the limit, with an op recorder) for the FLOPs and op calls re-run in
+        backward ("recompute_flops", "recomputed_ops")."""
         gc.collect()
         base = live_bytes(self.device)
         t0 = time.perf_counter()
@@ -432,10 +266,17 @@ class Plan:
         if step_seconds(result) is not None:  # the step's own time, as plan() takes it
             seconds = step_seconds(result)
         s = prof.summary()
+        del prof
         peak, raw = s["tensor_peak_above_start"], s["raw_peak_bytes"]
-        return {"peak": peak, "raw_peak": raw, "baseline": base, "seconds": seconds,
-                "saved": s["saved_peak"]["unique_bytes_without_parameters"],
-                "within_budget": peak <= self.budget and raw <= self.budget}
+        out = {"peak": peak, "raw_peak": raw, "baseline": base, "seconds": seconds,
+               "saved": s["saved_peak"]["unique_bytes_without_parameters"],
+               "within_budget": peak <= self.budget and raw <= self.budget}
+        if flops:  # a second run: an op recorder's records would move the raw peak
+            with limit(base + self.budget, self.device), OpRecorder() as ops:
+                self.run(step_fn)
+            out["recompute_flops"] = ops.recompute_flops()
+            out["recomputed_ops"] = len(ops.recomputed())
+        return out
 
     # -- text --------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -444,6 +285,9 @@ class Plan:
         lines = [head,
                  f"  predicted peak {fmt_bytes(self.peak)} (raw {fmt_bytes(self.raw_peak)}), "
                  f"saved for backward {fmt_bytes(self.saved)}, {self.seconds:.4g} s a step"]
+        if self.recompute_flops is not None:
+            lines.append(f"  recomputed in backward: {self.recomputed_ops} op calls, "
+                         f"{fmt_flops(self.recompute_flops)}")
         for knob, r in self.reasons.items():
             if r["option"] == r["default"]:
                 why = "the default"
@@ -451,7 +295,20 @@ class Plan:
                 why = (f"frees {fmt_bytes(r['frees_raw_bytes'])} raw "
                        f"({fmt_bytes(r['frees_bytes'])} tensor) against {r['default']!r}, "
                        f"costs {r['costs_seconds']:+.3g} s")
+                if r.get("recompute_flops") is not None:
+                    why += (f", recomputes {r['recomputed_ops']:+d} op calls "
+                            f"({fmt_flops(r['recompute_flops'])})")
             lines.append(f"  {knob} = {r['option']!r}: {why}")
+            for title, rows in (("no longer saved", r.get("no_longer_saved") or []),
+                                ("saved instead", r.get("newly_saved") or [])):
+                if r["option"] == r["default"] or not rows:
+                    continue
+                lines.append(f"    {title}:")
+                for row in rows:
+                    if "more" in row:
+                        lines.append(f"      ... {row['more']} more, {fmt_bytes(row['bytes'])}")
+                    else:
+                        lines.append(f"      {fmt_bytes(row['bytes']):>11}  {row['what']}")
         if self.needs:
             lines.append(f"  needs: {self.needs['message']}")
         for note in self.notes:
@@ -471,6 +328,14 @@ class Plan:
             mark = "  *" if alt["choice"] == self.choice else "   "
             lines.append(mark + " " + " | ".join(cells))
         return "\n".join(lines)
+
+
+def fmt_flops(n: int) -> str:
+    """A FLOP count in words: 1.23 GFLOP."""
+    for unit, size in (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} FLOP"
 
 
 def _check_knobs(knobs) -> dict:
@@ -544,23 +409,77 @@ def _time(step_fn, batch: int, choice: dict, timer) -> float:
     return elapsed if reported is None else reported
 
 
+def _attribute(step_fn, batch: int, choice: dict, device: str) -> dict:
+    """One run of the step under profile(source_lines=True) and an OpRecorder (also the
+    warm-up of the measured runs after it: compiles, first-call caches): the ops re-run in
+    backward and their FLOPs, and the tensors saved at the saved peak, with the op, scope
+    and line that made each (what the plan's reasons name)."""
+    gc.collect()
+    with limit(UNREACHABLE, device), profile(source_lines=True, device=device) as prof, \
+            OpRecorder() as ops:
+        step_fn(batch, dict(choice))
+    saved = []
+    for t in prof.saved_tensors():
+        row = {k: t[k] for k in ("bytes", "dtype", "shape", "op", "scope", "via", "source")}
+        row["held_by"] = sorted({f"{h['forward_op']} {h['scope']}" for h in t["held_by"]})
+        saved.append(row)
+    del prof
+    return {"batch": batch, "flops": ops.recompute_flops(),
+            "recomputed": recompute_keys(ops.recomputed()), "saved": saved}
+
+
+def _timed(step_fn, batch: int, choice: dict, timer, repeats: int, per_op: bool) -> tuple:
+    """(the median seconds of `repeats` timed steps, and with per_op the median seconds of
+    the op calls re-run in backward in them: OpRecorder.recompute_seconds)."""
+    secs, extra = [], []
+    for _ in range(repeats):
+        if per_op:
+            with OpRecorder() as ops:
+                secs.append(_time(step_fn, batch, choice, timer))
+            extra.append(ops.recompute_seconds())
+        else:
+            secs.append(_time(step_fn, batch, choice, timer))
+    return _median(secs), (_median(extra) if extra else None)
+
+
+def _median(values: list) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _line_through(tbs: list, seconds: list) -> tuple:
+    """c + d * B through two timed batches; a falling line (timer noise) is flat."""
+    (b1, t1), (b2, t2) = sorted(zip(tbs, seconds))
+    d = (t2 - t1) / (b2 - b1)
+    return (t1 - d * b1, d) if d >= 0 else (max(t1, t2), 0.0)
+
+
 def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
          measure_batches=(1, 2), device: str = "cpu", timer=None,
-         max_combinations: int = 256, time_batches=None) -> Plan:
+         max_combinations: int = 256, time_batches=None, time_knobs=None,
+         repeats: int = 1) -> Plan:
     """The fastest combination of `knobs` whose step fits `budget` at `batch` (or, without
     `batch`, the largest batch that fits, then the fastest combination there). See the
     module docstring for what is measured and fitted.
 
     step_fn(batch, choice) runs one training step; knobs maps each knob to its list of
     JSON-able options (the first is the default); budget is bytes or a size string
-    ('6GiB'). Each combination runs seven times: twice unmeasured (compiles, first-call
-    caches), at each of the two measure_batches under profile(raw=True) and once more at
-    the smaller (the raw peak's noise), then timed without the profile at each of
-    `time_batches` (default: the measure batches; any other is warmed up once first). The
-    time is the number step_fn returns, when it returns one, else time.perf_counter's
-    around the call; with a `timer` (a callable returning seconds) always the timer's
-    around the call (module docstring). The space is enumerated: more than
-    `max_combinations` combinations is refused.
+    ('6GiB'). Each combination runs five times at the measure batches: once at each under
+    profile(source_lines=True) and an op recorder (the attribution: recomputed ops, their
+    FLOPs, the saved tensors; also the warm-up), at each under profile(raw=True) and once
+    more at the smaller (the raw peak's noise). Then it is timed without the profile,
+    `repeats` times (the median) at each of `time_batches` (default: the measure batches;
+    any other is warmed up once first). With `time_knobs` (a list of knob names: the knobs
+    that change the step's work, such as the attention), the combinations with every other
+    knob at its default are timed so; another combination's seconds are its timed one's
+    plus the seconds of the op calls it re-runs in backward, read by an op recorder in one
+    step of it at each time batch (the other knobs only trade memory for recompute: the
+    step's other work is the same, and its timing noise is not charged to the choice).
+    None: every combination is timed whole. The time is the number step_fn returns, when
+    it returns one, else time.perf_counter's around the call; with a `timer` (a callable
+    returning seconds) always the timer's around the call (module docstring). The space is
+    enumerated: more than `max_combinations` combinations is refused.
     """
     if not callable(step_fn):
         raise TypeError(f"plan: step_fn must be callable, got {type(step_fn).__name__}")
@@ -584,28 +503,73 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
         tbs = sorted(_check_batch(b, "a time batch") for b in tbs)
         if tbs[0] == tbs[1]:
             raise ValueError(f"plan: time_batches must differ, got {time_batches}")
+    repeats = _check_batch(repeats, "repeats")
+    if time_knobs is not None:
+        time_knobs = [time_knobs] if isinstance(time_knobs, str) else list(time_knobs)
+        unknown = [k for k in time_knobs if k not in knobs]
+        if unknown:
+            raise ValueError(f"plan: time_knobs {unknown} are not knobs; the knobs are "
+                             f"{list(knobs)}")
     combos = [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())]
     if len(combos) > max_combinations:
         raise ValueError(f"plan: {len(combos)} combinations of knobs is more than "
                          f"max_combinations={max_combinations} (the space is enumerated)")
 
-    models = []
+    measured = []  # per combination: (runs, noise, attribution runs)
     for choice in combos:
-        # warm-up at both sizes (compiles, first-call caches; after one call the next
-        # run's raw peak is still a few hundred bytes higher)
-        for b in mbs:
-            step_fn(b, dict(choice))
+        attrib = [_attribute(step_fn, b, choice, device) for b in mbs]
         runs = [_measure(step_fn, b, choice, device) for b in mbs]
         noise = raw_noise(runs[0], _measure(step_fn, mbs[0], choice, device))
-        if tbs is None:
-            seconds = [_time(step_fn, b, choice, timer) for b in mbs]
+        measured.append((runs, noise, attrib))
+
+    timed_at = mbs if tbs is None else tbs
+    warm = set(mbs)
+
+    def base_of(choice: dict) -> dict:
+        return {k: (v if k in time_knobs else knobs[k][0]) for k, v in choice.items()}
+
+    def time_it(choice: dict, n: int, per_op: bool, warm_up: bool = True) -> tuple:
+        for b in timed_at:
+            if warm_up and b not in warm:  # a size this combination has not run at yet
+                step_fn(b, dict(choice))
+        timed = [_timed(step_fn, b, choice, timer, n, per_op) for b in timed_at]
+        return [t for t, _ in timed], [r for _, r in timed]
+
+    models = []
+    bases: dict = {}  # with time_knobs: json of a timed setting -> its seconds per time batch
+    for choice, (runs, noise, attrib) in zip(combos, measured):
+        a1, a2 = attrib
+        att = {"flops": _line((a1["batch"], a1["flops"]), (a2["batch"], a2["flops"])),
+               "recomputed": a2["recomputed"], "saved_tensors": [a1["saved"], a2["saved"]],
+               "batches": [a1["batch"], a2["batch"]]}
+        if time_knobs is None:
+            seconds = time_it(choice, repeats, False)[0]
+            line = None
+            att["time_from"] = {"timed": choice, "recompute_seconds": None}
         else:
-            for b in tbs:
-                if b not in mbs:  # warm-up at a size not run yet
-                    step_fn(b, dict(choice))
-            seconds = [_time(step_fn, b, choice, timer) for b in tbs]
-        models.append(_Model.fit(runs, seconds, noise, tbs))
-    return _choose(combos, models, knobs, budget, batch, mbs, device, tbs)
+            base = base_of(choice)
+            key = json.dumps(base, sort_keys=True)
+            if key not in bases:
+                bases[key] = time_it(base, repeats, False)[0]
+            seconds = bases[key]
+            c, d = _line_through(timed_at, seconds)
+            rc = rd = 0.0
+            if base != choice and a2["recomputed"]:
+                # the setting's own recomputed ops, timed in one step at each time batch
+                # (their shapes ran in the timed setting: no warm-up)
+                extra = time_it(choice, 1, True, warm_up=False)[1]
+                rc, rd = _line_through(timed_at, extra)
+            line = (c + rc, d + rd)
+            att["time_from"] = {"timed": base, "recompute_seconds": [rc, rd]}
+        model = _Model.fit(runs, seconds, noise, tbs)
+        if line is not None:
+            model.time = line
+        model.attribution = att
+        models.append(model)
+    result = _choose(combos, models, knobs, budget, batch, mbs, device, tbs)
+    result.time_knobs = time_knobs
+    result.repeats = repeats
+    return result
 
 
 def _choose(combos, models, knobs, budget, batch, mbs, device, tbs=None) -> Plan:
@@ -640,6 +604,8 @@ def _choose(combos, models, knobs, budget, batch, mbs, device, tbs=None) -> Plan
                      "raw_peak": models[i].raw_peak(batch),
                      "saved": models[i].saved_bytes(batch),
                      "seconds": models[i].seconds(batch),
+                     "recompute_flops": models[i].recompute_flops(batch),
+                     "recomputed_ops": models[i].recomputed_ops(),
                      "fits": models[i].fits(batch, budget), "largest_batch": largest[i],
                      "aligned": models[i].tensor["aligned"]}
                     for i in order]
@@ -647,14 +613,89 @@ def _choose(combos, models, knobs, budget, batch, mbs, device, tbs=None) -> Plan
     reasons = {}
     for knob, options in knobs.items():
         other = models[index[json.dumps(dict(choice, **{knob: options[0]}), sort_keys=True)]]
+        flops, other_flops = m.recompute_flops(batch), other.recompute_flops(batch)
+        freed, added = tensor_changes(other, m, batch)
         reasons[knob] = {
             "option": choice[knob], "default": options[0],
             "frees_bytes": other.peak(batch) - m.peak(batch),
             "frees_raw_bytes": other.raw_peak(batch) - m.raw_peak(batch),
-            "costs_seconds": m.seconds(batch) - other.seconds(batch)}
+            "costs_seconds": m.seconds(batch) - other.seconds(batch),
+            "recompute_flops": None if flops is None else flops - other_flops,
+            "recomputed_ops": (None if m.recomputed_ops() is None
+                               else m.recomputed_ops() - other.recomputed_ops()),
+            "no_longer_saved": freed, "newly_saved": added}
     return Plan(choice=choice, batch=batch, budget=budget, fits=bool(fitting),
                 peak=m.peak(batch), raw_peak=m.raw_peak(batch), saved=m.saved_bytes(batch),
                 seconds=m.seconds(batch), knobs=knobs, alternatives=alternatives,
                 reasons=reasons, measure_batches=list(mbs), device=device, needs=needs,
                 notes=notes, time_batches=None if tbs is None else list(tbs),
-                models=[m.to_data() for m in models])
+                models=json.loads(json.dumps([m.to_data() for m in models])),
+                recompute_flops=m.recompute_flops(batch), recomputed_ops=m.recomputed_ops())
+
+
+def saved_tensors_at(model: _Model, batch: int) -> list:
+    """The tensors one combination saves at its saved peak, extrapolated to `batch`: each
+    tensor of the two attribution runs paired with its namesake (op, scope, line, who keeps
+    it), its bytes and each dimension a line in the batch. Each: "key" (what pairs them),
+    "what" (dtype[shape] from op in scope at line, kept for ...), "bytes"."""
+    lists = model.attribution.get("saved_tensors")
+    if not lists:
+        return []
+    (b1, b2), (l1, l2) = model.attribution["batches"], lists
+
+    def keyed(rows):
+        seen, out = {}, {}
+        for t in rows:
+            key = (f"{t['dtype']} from {t['op']} in {t['scope'] or '(top level)'}"
+                   + (f" via {t['via']}" if t["via"] else "")
+                   + (f" at {t['source']}" if t["source"] and not t["via"] else "")
+                   + f", kept for {', '.join(t['held_by']) or 'backward'}")
+            n = seen.get(key, 0)
+            seen[key] = n + 1
+            out[(key, n)] = t
+        return out
+
+    k1, k2 = keyed(l1), keyed(l2)
+    out = []
+    for (key, n), t2 in k2.items():
+        t1 = k1.get((key, n))
+        if t1 is None or len(t1["shape"]) != len(t2["shape"]):
+            continue
+        nbytes = _ceil(_line((b1, t1["bytes"]), (b2, t2["bytes"]))[0]
+                       + _line((b1, t1["bytes"]), (b2, t2["bytes"]))[1] * batch)
+        shape = [_ceil(a + b * batch) for a, b in
+                 (_line((b1, x1), (b2, x2)) for x1, x2 in zip(t1["shape"], t2["shape"]))]
+        what = f"{t2['dtype']}{shape} {key.split(' ', 1)[1]}"
+        out.append({"key": key, "what": what, "bytes": nbytes})
+    return out
+
+
+def tensor_changes(before: _Model, after: _Model, batch: int, top: int = 5) -> tuple:
+    """(the tensors `before` saves that `after` does not, those `after` saves that `before`
+    does not), largest first, `top` of each: {"what", "bytes"} at `batch`, and a last
+    {"more": n, "bytes": b} row for the rest."""
+    def totals(model):
+        out: dict = {}
+        for t in saved_tensors_at(model, batch):
+            row = out.setdefault(t["key"], {"what": t["what"], "bytes": 0, "count": 0})
+            row["bytes"] += t["bytes"]
+            row["count"] += 1
+        return out
+
+    t_before, t_after = totals(before), totals(after)
+
+    def less(a, b):
+        rows = []
+        for key, row in a.items():
+            gone = row["bytes"] - b.get(key, {"bytes": 0})["bytes"]
+            if gone > 0:
+                n = row["count"] - b.get(key, {"count": 0})["count"]
+                what = row["what"] + (f" (x{n})" if n > 1 else "")
+                rows.append({"what": what, "bytes": gone})
+        rows.sort(key=lambda r: (-r["bytes"], r["what"]))
+        if len(rows) > top:
+            rest = rows[top:]
+            rows = rows[:top] + [{"more": len(rest), "bytes": sum(r["bytes"] for r in rest)}]
+        return rows
+
+    return less(t_before, t_after), less(t_after, t_before)

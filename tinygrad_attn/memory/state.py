@@ -39,6 +39,11 @@ class _Local(threading.local):
         # inside a backward with create_graph=True (the engine sets it): the nodes recorded
         # now are the gradient's graph, which the ledger counts apart (tracker.on_save)
         self.create_graph = False
+        # op observers (below): how deep in op calls this thread is (an op run inside
+        # another op's forward is the outer op's work) and whether it is re-running forward
+        # work in backward (a checkpoint's rerun, a save policy's recompute)
+        self.op_depth = 0
+        self.recomputing = 0
 
 
 local = _Local()
@@ -173,6 +178,12 @@ lock = threading.Lock()
 # time (reentrant: an observer's own allocations may free a Storage, whose event nests).
 observers: list = []
 observer_lock = threading.RLock()
+
+# Op observers hear each op call that is not inside another op's forward: on_op(record), a
+# dict with the op's name, scope, phase, "recompute" (forward work re-run in backward) and
+# its FLOPs and seconds (autograd.graph.Function.apply). The list is empty unless a caller
+# (the memory planner's OpRecorder) is listening: one truth test per op call otherwise.
+op_observers: list = []
 
 
 # A fork while another thread held either lock would leave it held forever in the child
