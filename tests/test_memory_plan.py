@@ -151,9 +151,14 @@ def test_chain_budget_sweep_chooses_the_fastest_that_fits_and_runs_under_the_lim
         best = min(fitting, key=lambda a: (_cost(a["choice"]), p.alternatives.index(a)))
         assert p.choice == best["choice"]
         chosen.append(p.choice)
-        v = p.verify(step)  # under ta.memory.limit(budget): an OOM here fails the test
+        v = p.verify(step, flops=True)  # under ta.memory.limit(budget): an OOM fails here
         assert v["peak"] == p.peak <= budget  # the tensor peak: exact, within the limit
         assert v["raw_peak"] <= budget + RAW_NOISE
+        # the recomputed work: the checkpoint reruns layer 1's matmul (64, D) @ (D, D),
+        # 2 FLOPs a multiply-add; gelu counts none (torch's FlopCounterMode convention)
+        assert p.recompute_flops == 2 * 64 * D * D * p.choice["checkpoint"]
+        assert (v["recompute_flops"], v["recomputed_ops"]) == (p.recompute_flops,
+                                                                p.recomputed_ops)
         raw_peaks.append(v["raw_peak"])
         peaks.append(v["peak"])
         predicted_raw.append(p.raw_peak)
@@ -164,6 +169,49 @@ def test_chain_budget_sweep_chooses_the_fastest_that_fits_and_runs_under_the_lim
     # raw peak up to tracemalloc's noise between two runs of one step (tens of bytes)
     assert peaks == sorted(peaks, reverse=True)
     assert all(b <= a + RAW_NOISE for a, b in zip(raw_peaks, raw_peaks[1:]))
+
+
+def test_chain_recompute_flops_and_ops_are_exact_at_every_batch(chain):
+    clock, step, wide = chain
+    for batch in (1, 3, 64, 1000):
+        p = wide.replan("1TiB", batch=batch)
+        for alt in p.alternatives:
+            c = alt["choice"]
+            assert alt["recompute_flops"] == 2 * batch * D * D * c["checkpoint"]
+            # the rerun runs layer 1's matmul and gelu; "recompute" rebuilds each gelu
+            # output kept as a recipe, once per node that needs it: g0, g1, g2 (the next
+            # matmuls' inputs) and g3 twice (the square's Mul keeps both operands); under
+            # the checkpoint g1 is its plain output (no recipe) and g0 its saved input
+            assert alt["recomputed_ops"] == (2 * c["checkpoint"]
+                                             + (c["gelu"] == "recompute") * (
+                                                 5 - c["checkpoint"]))
+
+
+def test_chain_reasons_name_the_tensors_each_knob_stops_saving(chain):
+    clock, step, wide = chain
+    p = ta.memory.Plan.from_dict(dict(wide.to_dict(), choice={"checkpoint": True,
+                                                              "gelu": "save"}))
+    p = p.replan("1GiB", batch=64, knobs={"checkpoint": [True], "gelu": ["save"]})
+    assert p.reasons["checkpoint"]["option"] is True
+    full = wide.replan("1GiB", batch=64)  # defaults chosen: nothing to explain
+    assert all(r["no_longer_saved"] == [] for r in full.reasons.values())
+    # against the default (no checkpoint): pre1 = g0 @ W1 is saved no more, 64 rows of D
+    plain = planner._Model.from_data(wide.models[0])
+    ckpt = planner._Model.from_data(wide.models[2])
+    assert wide.alternatives[2]["choice"] == {"checkpoint": True, "gelu": "save"}
+    freed, added = planner.tensor_changes(plain, ckpt, 64)
+    assert sum(r["bytes"] for r in freed) - sum(r["bytes"] for r in added) == ACT * 64
+    assert any("what" in r and r["what"].startswith("float32[64, 64] from Matmul")
+               and "test_memory_plan.py:" in r["what"] for r in freed), freed
+    # the tensors' shapes and bytes follow the batch: at 1000 rows, 1000 x D floats each
+    freed_1000 = planner.tensor_changes(plain, ckpt, 1000)[0]
+    assert all(r["bytes"] % (1000 * ACT) == 0 for r in freed_1000)
+    assert all("float32[1000, 64]" in r["what"] for r in freed_1000 if "what" in r)
+    need = max(wide.alternatives[2]["raw_peak"], wide.alternatives[2]["peak"])
+    chosen = wide.replan(need, batch=64)
+    assert chosen.choice == {"checkpoint": True, "gelu": "save"}
+    text = str(chosen)
+    assert "no longer saved:" in text and "from Matmul" in text
 
 
 def test_chain_without_batch_finds_the_largest_batch(chain):
@@ -265,6 +313,92 @@ def test_gpt_predictions_and_budget_sweep(gpt):
         peaks.append(v["peak"])
     assert peaks == sorted(peaks, reverse=True)
     assert all(b <= a + RAW_NOISE for a, b in zip(raw_peaks, raw_peaks[1:]))
+
+
+def block_flops(batch, cfg=GPT_CFG):
+    """A block's forward FLOPs, torch's count: the qkv, output and two MLP projections
+    (2 per multiply-add) and attention's two products over the whole T x T (as torch counts
+    scaled_dot_product_attention, causal or not)."""
+    rows, c, t = batch * cfg.block_size, cfg.n_embd, cfg.block_size
+    return (2 * rows * c * 3 * c + 2 * rows * c * c + 2 * 2 * rows * c * 4 * c
+            + 2 * batch * t * t * 2 * c)
+
+
+def test_gpt_recompute_flops_sweep_exact(gpt):
+    step, knobs, wide = gpt
+    for batch in (1, 4, 64):
+        p = wide.replan("1TiB", batch=batch)
+        for alt in p.alternatives:
+            assert alt["recompute_flops"] == block_flops(batch) * len(alt["choice"]["checkpoint"])
+    # a sweep of budgets: what each plan recomputes, predicted and measured, op for op
+    needs = sorted({max(a["raw_peak"], a["peak"]) for a in wide.alternatives}, reverse=True)
+    for budget in needs:
+        p = wide.replan(budget, batch=4)
+        v = p.verify(step, flops=True)
+        assert v["recompute_flops"] == p.recompute_flops == block_flops(4) * len(
+            p.choice["checkpoint"])
+        assert v["recomputed_ops"] == p.recomputed_ops
+        assert v["saved"] == p.saved
+
+
+def test_gpt_reasons_name_op_scope_and_line(gpt):
+    step, knobs, wide = gpt
+    i = next(i for i, a in enumerate(wide.alternatives)
+             if a["choice"] == {"attn": "views", "policy": "save", "checkpoint": [0]})
+    freed, _ = planner.tensor_changes(planner._Model.from_data(wide.models[0]),
+                                      planner._Model.from_data(wide.models[i]), 4)
+    c, t = GPT_CFG.n_embd, GPT_CFG.block_size
+    freed = [r for r in freed if "what" in r]  # (a last row may count the rest)
+    mlp = next(r for r in freed if "from Matmul in transformer.h.0.mlp.c_fc" in r["what"])
+    assert mlp["what"].startswith(f"float32[4, {t}, {4 * c}]") and " via gpt.py:" in mlp["what"]
+    assert mlp["bytes"] == 4 * t * 4 * c * 4
+    # flash against views: the (B, H, T, T) probabilities are saved no more
+    j = next(i for i, a in enumerate(wide.alternatives)
+             if a["choice"] == {"attn": "flash", "policy": "save", "checkpoint": []})
+    freed, added = planner.tensor_changes(planner._Model.from_data(wide.models[0]),
+                                          planner._Model.from_data(wide.models[j]), 4)
+    freed, added = [r for r in freed if "what" in r], [r for r in added if "what" in r]
+    probs = next(r for r in freed if r["what"].startswith("float32[4, 2, 16, 16] from "
+                                                          "CausalAttention"))
+    assert probs["bytes"] == 4 * 2 * t * t * 4
+    assert any("ScaledDotProductAttention" in r["what"] for r in added)
+
+
+def test_time_knobs_cost_recompute_settings_from_their_own_recomputed_ops(gpt):
+    calls = []
+    run = gpt_step(GPT_CFG)
+
+    def step(batch, choice):
+        calls.append((batch, json.dumps(choice, sort_keys=True)))
+        run(batch, choice)
+        return 0.001 * batch  # every setting's whole step reports the same seconds
+
+    knobs = gpt_knobs(GPT_CFG)
+    p = ta.memory.plan(step, "1GiB", batch=4, knobs=knobs, time_knobs=("attn",), repeats=3,
+                       time_batches=(2, 4))
+    assert p.time_knobs == ["attn"] and p.repeats == 3
+    timed = calls[8 * 5:]  # after the five memory runs of each of the 8 settings
+    bases = [json.dumps({"attn": a, "checkpoint": [], "policy": "save"}, sort_keys=True)
+             for a in knobs["attn"]]
+    for base in bases:  # warmed at 4 (not a measure batch), then 3 timed runs at 2 and 4
+        assert [b for b, c in timed if c == base] == [4, 2, 2, 2, 4, 4, 4]
+    others = [c for _, c in timed if c not in bases]
+    assert len(others) == 6 * 2  # each recomputing setting once at each time batch
+    for alt, model in zip(p.alternatives, p.models):
+        base = {"attn": alt["choice"]["attn"], "policy": "save", "checkpoint": []}
+        assert model["attribution"]["time_from"]["timed"] == base
+        extra = model["attribution"]["time_from"]["recompute_seconds"]
+        if alt["choice"] == base:
+            assert extra == [0.0, 0.0] and alt["seconds"] == pytest.approx(0.004)
+        else:
+            assert alt["recomputed_ops"] > 0
+            assert alt["seconds"] > 0.004  # the base's plus its recomputed ops' own time
+    # with equal whole steps, the defaults win: recomputing only costs
+    assert p.choice["policy"] == "save" and p.choice["checkpoint"] == []
+    back = ta.memory.Plan.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert back == p and back.replan("1GiB", batch=8).time_knobs == ["attn"]
+    with pytest.raises(ValueError, match="time_knobs"):
+        ta.memory.plan(step, "1GiB", batch=4, knobs=knobs, time_knobs=("heads",))
 
 
 def test_gpt_gradients_under_every_plan_equal_the_unplanned_step(gpt):

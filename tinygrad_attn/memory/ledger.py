@@ -294,17 +294,27 @@ class Profile:
                              "via": info["via"]})
         return rows
 
-    def saved_tensors(self) -> list:
-        """The storages saved for backward at the moment saved bytes peaked, largest first:
-        bytes, dtype, shape, what (dtype[shape] from op in scope at line), the op and scope
-        that made it, its source line (with source_lines=True), and held_by (the forward
-        ops whose nodes keep it). Parameters are left out, as in saved_peak's
+    def saved_tensors(self, when: str = "saved_peak") -> list:
+        """The storages saved for backward at the moment saved bytes peaked (when=
+        "saved_peak") or when backward began (when="backward": the last event before the
+        first one in phase backward; what forward left for it), largest first: bytes,
+        dtype, shape, what (dtype[shape] from op in scope at line), the op and scope that
+        made it, its source line (with source_lines=True), and held_by (the forward ops
+        whose nodes keep it). Parameters are left out, as in saved_peak's
         unique_bytes_without_parameters."""
-        if self._saved_peak_t < 0:
+        if when not in ("saved_peak", "backward"):
+            raise ValueError(f"saved_tensors: when must be 'saved_peak' or 'backward', "
+                             f"got {when!r}")
+        t = self._saved_peak_t
+        if when == "backward":
+            events = self._tracker.events
+            t = next((e["t"] - 1 for e in events if e["phase"] == "backward"),
+                     len(events) - 1)
+        if t < 0:
             return []
         keys = ("bytes", "what", "op", "scope", "source", "via", "held_by")
         out = []
-        for h in self._holders_at(self._saved_peak_t, None):
+        for h in self._holders_at(t, None):
             if h["category"] == "saved":
                 info = self._tracker.info[h["storage"]]
                 row = {k: h[k] for k in keys}

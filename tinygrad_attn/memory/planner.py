@@ -92,7 +92,7 @@ class _Model:
         self.tensor, self.raw, self.saved, self.time = tensor, raw, saved, time_line
         self.measured = measured
         # what the two attribution runs saw: the recompute FLOPs line (a, b), the ops re-run
-        # in backward, the saved tensors at the saved peak (one list per measure batch), and
+        # in backward, the tensors forward left saved for backward (one list per measure batch), and
         # where the seconds came from (timed, or a timed setting plus recomputed ops)
         self.attribution = attribution or {}
 
@@ -412,14 +412,14 @@ def _time(step_fn, batch: int, choice: dict, timer) -> float:
 def _attribute(step_fn, batch: int, choice: dict, device: str) -> dict:
     """One run of the step under profile(source_lines=True) and an OpRecorder (also the
     warm-up of the measured runs after it: compiles, first-call caches): the ops re-run in
-    backward and their FLOPs, and the tensors saved at the saved peak, with the op, scope
+    backward and their FLOPs, and the tensors forward leaves saved for backward, with the op, scope
     and line that made each (what the plan's reasons name)."""
     gc.collect()
     with limit(UNREACHABLE, device), profile(source_lines=True, device=device) as prof, \
             OpRecorder() as ops:
         step_fn(batch, dict(choice))
     saved = []
-    for t in prof.saved_tensors():
+    for t in prof.saved_tensors("backward"):
         row = {k: t[k] for k in ("bytes", "dtype", "shape", "op", "scope", "via", "source")}
         row["held_by"] = sorted({f"{h['forward_op']} {h['scope']}" for h in t["held_by"]})
         saved.append(row)
@@ -634,10 +634,11 @@ def _choose(combos, models, knobs, budget, batch, mbs, device, tbs=None) -> Plan
 
 
 def saved_tensors_at(model: _Model, batch: int) -> list:
-    """The tensors one combination saves at its saved peak, extrapolated to `batch`: each
-    tensor of the two attribution runs paired with its namesake (op, scope, line, who keeps
-    it), its bytes and each dimension a line in the batch. Each: "key" (what pairs them),
-    "what" (dtype[shape] from op in scope at line, kept for ...), "bytes"."""
+    """The tensors one combination's forward leaves saved for backward (at the moment
+    backward begins), extrapolated to `batch`: each tensor of the two attribution runs
+    paired with its namesake (dtype, op, scope, line), its bytes and each dimension a line
+    in the batch. Each: "key" (what pairs them), "what" (dtype[shape] from op in scope at
+    line, kept for the ops whose nodes hold it), "bytes"."""
     lists = model.attribution.get("saved_tensors")
     if not lists:
         return []
@@ -646,10 +647,10 @@ def saved_tensors_at(model: _Model, batch: int) -> list:
     def keyed(rows):
         seen, out = {}, {}
         for t in rows:
-            key = (f"{t['dtype']} from {t['op']} in {t['scope'] or '(top level)'}"
+            key = (f"{t['dtype']} from {t['op'] or 'a factory'} in "
+                   f"{t['scope'] or '(top level)'}"
                    + (f" via {t['via']}" if t["via"] else "")
-                   + (f" at {t['source']}" if t["source"] and not t["via"] else "")
-                   + f", kept for {', '.join(t['held_by']) or 'backward'}")
+                   + (f" at {t['source']}" if t["source"] and not t["via"] else ""))
             n = seen.get(key, 0)
             seen[key] = n + 1
             out[(key, n)] = t
@@ -665,7 +666,8 @@ def saved_tensors_at(model: _Model, batch: int) -> list:
                        + _line((b1, t1["bytes"]), (b2, t2["bytes"]))[1] * batch)
         shape = [_ceil(a + b * batch) for a, b in
                  (_line((b1, x1), (b2, x2)) for x1, x2 in zip(t1["shape"], t2["shape"]))]
-        what = f"{t2['dtype']}{shape} {key.split(' ', 1)[1]}"
+        what = (f"{t2['dtype']}{shape} {key.split(' ', 1)[1]}, kept for "
+                f"{', '.join(t2['held_by']) or 'backward'}")
         out.append({"key": key, "what": what, "bytes": nbytes})
     return out
 
