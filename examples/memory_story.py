@@ -51,7 +51,7 @@ from pathlib import Path
 
 import nn
 import tinygrad_attn as ta
-from nn.memory_plan import apply, gpt_knobs, gpt_step, prime_adamw
+from nn.memory_plan import TIME_KNOBS, apply, gpt_knobs, gpt_step, prime_adamw
 
 PROG = "memory_story.py"
 fmt = ta.memory.fmt_bytes
@@ -254,7 +254,7 @@ def main(argv=None) -> dict:
     # ones, where the recompute costs stand out of the fixed per-step costs
     plan = ta.memory.plan(step, budget, batch=batch, knobs=knobs,
                           measure_batches=(4, 8) if args.quick else (1, 2),
-                          time_batches=(4, 8))
+                          time_batches=(4, 8), time_knobs=TIME_KNOBS, repeats=3)
     plan_s = time.perf_counter() - t0
     print(plan)
     print(f"(planning took {plan_s:.1f} s)")

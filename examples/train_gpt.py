@@ -690,7 +690,7 @@ def _plan(args, given: set, gcfg: nn.GPTConfig, text: str, run: _Run) -> nn.GPTC
     within what is left of it once the corpus tensors and whatever else the process holds
     now are counted."""
     from nn.data import CharTokenizer
-    from nn.memory_plan import apply, gpt_knobs, gpt_step
+    from nn.memory_plan import TIME_KNOBS, apply, gpt_knobs, gpt_step
 
     budget = args.memory_budget
     gcfg = dataclasses.replace(gcfg, vocab_size=CharTokenizer(text).vocab_size)
@@ -711,7 +711,8 @@ def _plan(args, given: set, gcfg: nn.GPTConfig, text: str, run: _Run) -> nn.GPTC
          f"after the corpus's {fmt(held)} of tensors) "
          + (f"at batch {batch}" if batch else "at the largest batch that fits") + " ...")
     plan = ta.memory.plan(gpt_step(gcfg, seed=args.seed, lr=args.lr), budget - held,
-                          batch=batch, knobs=knobs, time_batches=(2, 4))
+                          batch=batch, knobs=knobs, time_batches=(2, 4),
+                          time_knobs=TIME_KNOBS, repeats=3)
     _say(str(plan))
     if not plan.fits:
         need, most = plan.needs["budget"], plan.needs["largest_batch"]

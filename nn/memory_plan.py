@@ -2,7 +2,8 @@
 
     config = nn.GPTConfig(n_layer=4, n_embd=128, block_size=64)
     step = gpt_step(config)
-    plan = ta.memory.plan(step, "6GiB", batch=64, knobs=gpt_knobs(config))
+    plan = ta.memory.plan(step, "6GiB", batch=64, knobs=gpt_knobs(config),
+                          time_knobs=TIME_KNOBS, repeats=3)
     config, policies = apply(plan, config)
     model = nn.GPT(config)
     with policies:              # the plan's save policies, for as long as training runs
@@ -33,6 +34,10 @@ from .optim import AdamW
 
 KNOBS = ("attn", "policy", "checkpoint")
 POLICIES = ("save", "recompute")
+# The knob that changes the step's work (ta.memory.plan's time_knobs): policy and checkpoint
+# only trade memory for recomputed ops, so a setting of them costs the timed attention's step
+# plus those ops' own seconds, which the planner reads with an op recorder.
+TIME_KNOBS = ("attn",)
 
 
 def config_for(config: GPTConfig, choice: dict) -> GPTConfig:

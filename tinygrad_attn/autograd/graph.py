@@ -544,8 +544,6 @@ class Function:
             here.labels, mode.enabled = labels, enabled
             if watch is not None:
                 here.op_depth = watch[0]
-        if watch is not None and watch[0] == 0 and not cls.container:
-            _op_heard(cls, ctx, args, out, labels, here, time.perf_counter() - watch[1])
         if record:
             ctx.seq = next(_seq)
             ctx.scope = labels["scope"]
@@ -559,6 +557,9 @@ class Function:
             _take_dirty(ctx, out)
         if ctx._non_differentiable:
             del ctx._non_differentiable
+        if watch is not None and watch[0] == 0 and not cls.container:  # the call's seconds,
+            # the graph's bookkeeping (saving, connecting) included
+            _op_heard(cls, ctx, args, out, labels, here, time.perf_counter() - watch[1])
         return out
 
 

@@ -474,8 +474,9 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
     that change the step's work, such as the attention), the combinations with every other
     knob at its default are timed so; another combination's seconds are its timed one's
     plus the seconds of the op calls it re-runs in backward, read by an op recorder in one
-    step of it at each time batch (the other knobs only trade memory for recompute: the
-    step's other work is the same, and its timing noise is not charged to the choice).
+    step of it at each time batch after a warm-up there (the other knobs only trade memory
+    for recompute: the step's other work is the same, and its timing noise is not charged
+    to the choice).
     None: every combination is timed whole. The time is the number step_fn returns, when
     it returns one, else time.perf_counter's around the call; with a `timer` (a callable
     returning seconds) always the timer's around the call (module docstring). The space is
@@ -528,15 +529,33 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
     def base_of(choice: dict) -> dict:
         return {k: (v if k in time_knobs else knobs[k][0]) for k, v in choice.items()}
 
-    def time_it(choice: dict, n: int, per_op: bool, warm_up: bool = True) -> tuple:
+    def time_it(choice: dict, n: int, per_op: bool, force_warm: bool = False) -> tuple:
         for b in timed_at:
-            if warm_up and b not in warm:  # a size this combination has not run at yet
+            if force_warm or b not in warm:  # a size this combination has not run at yet
                 step_fn(b, dict(choice))
         timed = [_timed(step_fn, b, choice, timer, n, per_op) for b in timed_at]
         return [t for t, _ in timed], [r for _, r in timed]
 
     models = []
     bases: dict = {}  # with time_knobs: json of a timed setting -> its seconds per time batch
+    if time_knobs is not None:
+        # the timed settings round-robin, `repeats` rounds (the median of each): a drift
+        # of the machine's speed meets each of them alike, not only the one timed then
+        order = []
+        for choice in combos:
+            if base_of(choice) not in order:
+                order.append(base_of(choice))
+        for choice in order:
+            for b in timed_at:
+                if b not in warm:
+                    step_fn(b, dict(choice))
+        rounds = {json.dumps(c, sort_keys=True): [[] for _ in timed_at] for c in order}
+        for _ in range(repeats):
+            for choice in order:
+                for i, b in enumerate(timed_at):
+                    rounds[json.dumps(choice, sort_keys=True)][i].append(
+                        _time(step_fn, b, choice, timer))
+        bases = {k: [_median(v) for v in per_batch] for k, per_batch in rounds.items()}
     for choice, (runs, noise, attrib) in zip(combos, measured):
         a1, a2 = attrib
         att = {"flops": _line((a1["batch"], a1["flops"]), (a2["batch"], a2["flops"])),
@@ -549,15 +568,13 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
         else:
             base = base_of(choice)
             key = json.dumps(base, sort_keys=True)
-            if key not in bases:
-                bases[key] = time_it(base, repeats, False)[0]
             seconds = bases[key]
             c, d = _line_through(timed_at, seconds)
             rc = rd = 0.0
             if base != choice and a2["recomputed"]:
                 # the setting's own recomputed ops, timed in one step at each time batch
-                # (their shapes ran in the timed setting: no warm-up)
-                extra = time_it(choice, 1, True, warm_up=False)[1]
+                # after a warm-up there (a rebuild's first call at a new size is slower)
+                extra = time_it(choice, 1, True, force_warm=True)[1]
                 rc, rd = _line_through(timed_at, extra)
             line = (c + rc, d + rd)
             att["time_from"] = {"timed": base, "recompute_seconds": [rc, rd]}
