@@ -3,6 +3,8 @@ outside the engine and the nn package, not nn.Linear's own forward."""
 
 import pathlib
 
+import pytest
+
 import nn
 import tinygrad_attn as ta
 
@@ -68,3 +70,28 @@ def test_without_source_lines_nothing_is_walked():
     assert all(a["source"] is None and a["via"] is None
                for a in prof.viewer_data()["allocations"])
     del y
+
+
+def test_saved_tensors_name_what_forward_left_for_backward_and_at_the_saved_peak():
+    ta.manual_seed(0)
+    model, x = TwoLayers(), ta.randn(5, 8)
+    with ta.memory.profile(source_lines=True) as prof:
+        model(x).sum().backward()
+    rows = prof.saved_tensors("backward")
+    # fc1's input is x (a leaf made before the profile: preexisting, still saved), the relu
+    # output h (fc2's input); Relu keeps its output too: one storage each, listed once
+    by_op = {(r["op"], tuple(r["shape"])): r for r in rows}
+    h = by_op[("Relu", (5, 16))]
+    assert h["bytes"] == 5 * 16 * 4 and h["dtype"] == "float32"
+    assert h["scope"] == "" and h["source"] == f"{HERE}:{_line_of('self.fc1(x).relu()')}"
+    assert {k["forward_op"] for k in h["held_by"]} == {"Linear", "Relu"}
+    assert sum(r["bytes"] for r in rows) == (
+        prof.summary()["saved_peak"]["unique_bytes_without_parameters"])
+    # the saved peak is that moment here (backward only frees), and before anything ran
+    # there is nothing
+    assert prof.saved_tensors() == rows
+    with ta.memory.profile() as empty:
+        pass
+    assert empty.saved_tensors() == [] and empty.saved_tensors("backward") == []
+    with pytest.raises(ValueError, match="saved_tensors: when"):
+        prof.saved_tensors("forward")
