@@ -250,11 +250,15 @@ def main(argv=None) -> dict:
     print("\n== 3. the plan")
     t0 = time.perf_counter()
     knobs = gpt_knobs(config)
-    # profiled at two small batches (the byte fits are exact there); timed at two larger
-    # ones, where the recompute costs stand out of the fixed per-step costs
+    # profiled at two small batches (the byte fits are exact there); the two attentions'
+    # steps timed at a quarter and a half of the batch (a line through them extrapolated
+    # to the batch carries their noise twice, not fourteen times as from 4 and 8), the
+    # recompute settings' rebuilt ops read at 4 and 8 (their seconds are steady)
+    quarter = max(batch // 4, 1)
     plan = ta.memory.plan(step, budget, batch=batch, knobs=knobs,
                           measure_batches=(4, 8) if args.quick else (1, 2),
-                          time_batches=(4, 8), time_knobs=TIME_KNOBS, repeats=3)
+                          time_batches=(quarter, max(batch // 2, quarter + 1)),
+                          recompute_batches=(4, 8), time_knobs=TIME_KNOBS, repeats=3)
     plan_s = time.perf_counter() - t0
     print(plan)
     print(f"(planning took {plan_s:.1f} s)")

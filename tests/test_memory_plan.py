@@ -401,6 +401,17 @@ def test_time_knobs_cost_recompute_settings_from_their_own_recomputed_ops(gpt):
     assert back == p and back.replan("1GiB", batch=8).time_knobs == ["attn"]
     with pytest.raises(ValueError, match="time_knobs"):
         ta.memory.plan(step, "1GiB", batch=4, knobs=knobs, time_knobs=("heads",))
+    with pytest.raises(ValueError, match="recompute_batches needs time_knobs"):
+        ta.memory.plan(step, "1GiB", batch=4, knobs=knobs, recompute_batches=(2, 4))
+    # the recomputing settings read at other batches than the timed ones
+    calls.clear()
+    q = ta.memory.plan(step, "1GiB", batch=4, knobs={"attn": ["flash"], "policy": [
+        "save", "recompute"], "checkpoint": [[]]}, time_knobs=("attn",), time_batches=(2, 4),
+        recompute_batches=(3, 5))
+    assert q.recompute_batches == [3, 5]
+    recompute = json.dumps({"attn": "flash", "checkpoint": [], "policy": "recompute"},
+                           sort_keys=True)
+    assert [b for b, c in calls[2 * 5:] if c == recompute] == [3, 5, 3, 5]  # warm, timed
 
 
 def test_gpt_gradients_under_every_plan_equal_the_unplanned_step(gpt):

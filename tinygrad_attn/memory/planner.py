@@ -202,6 +202,7 @@ class Plan:
     recomputed_ops: int | None = None  # op calls re-run in backward under the choice
     time_knobs: list | None = None  # the knobs timed (None: every combination timed)
     repeats: int = 1  # timed runs per time batch (the median)
+    recompute_batches: list | None = None  # where recomputed ops were timed (time_knobs)
 
     # -- data --------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -239,6 +240,7 @@ class Plan:
         result = _choose(combos, models, allowed, budget, batch, self.measure_batches,
                          self.device, self.time_batches)
         result.time_knobs, result.repeats = self.time_knobs, self.repeats
+        result.recompute_batches = self.recompute_batches
         return result
 
     # -- running it --------------------------------------------------------------------
@@ -458,7 +460,7 @@ def _line_through(tbs: list, seconds: list) -> tuple:
 def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
          measure_batches=(1, 2), device: str = "cpu", timer=None,
          max_combinations: int = 256, time_batches=None, time_knobs=None,
-         repeats: int = 1) -> Plan:
+         repeats: int = 1, recompute_batches=None) -> Plan:
     """The fastest combination of `knobs` whose step fits `budget` at `batch` (or, without
     `batch`, the largest batch that fits, then the fastest combination there). See the
     module docstring for what is measured and fitted.
@@ -474,9 +476,12 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
     that change the step's work, such as the attention), the combinations with every other
     knob at its default are timed so; another combination's seconds are its timed one's
     plus the seconds of the op calls it re-runs in backward, read by an op recorder in one
-    step of it at each time batch after a warm-up there (the other knobs only trade memory
-    for recompute: the step's other work is the same, and its timing noise is not charged
-    to the choice).
+    step of it at each time batch after a warm-up there, or at each of `recompute_batches`
+    when given (the other knobs only trade memory for recompute: the step's other work is
+    the same, and its timing noise is not charged to the choice). Few settings are timed
+    whole, so they can be timed at larger batches, nearer the planned one (a line through
+    batches 4 and 8 extrapolated to 64 carries their noise fourteenfold), while the many
+    recompute settings are read at smaller ones: their ops' seconds are steady.
     None: every combination is timed whole. The time is the number step_fn returns, when
     it returns one, else time.perf_counter's around the call; with a `timer` (a callable
     returning seconds) always the timer's around the call (module docstring). The space is
@@ -511,6 +516,9 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
         if unknown:
             raise ValueError(f"plan: time_knobs {unknown} are not knobs; the knobs are "
                              f"{list(knobs)}")
+    if recompute_batches is not None and time_knobs is None:
+        raise ValueError("plan: recompute_batches needs time_knobs (without them every "
+                         "combination is timed whole, at time_batches)")
     combos = [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())]
     if len(combos) > max_combinations:
         raise ValueError(f"plan: {len(combos)} combinations of knobs is more than "
@@ -524,16 +532,20 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
         measured.append((runs, noise, attrib))
 
     timed_at = mbs if tbs is None else tbs
+    rbs = timed_at if recompute_batches is None else _two_batches(recompute_batches,
+                                                                  "recompute_batches")
     warm = set(mbs)
 
     def base_of(choice: dict) -> dict:
         return {k: (v if k in time_knobs else knobs[k][0]) for k, v in choice.items()}
 
-    def time_it(choice: dict, n: int, per_op: bool, force_warm: bool = False) -> tuple:
-        for b in timed_at:
+    def time_it(choice: dict, n: int, per_op: bool, force_warm: bool = False,
+                at: list | None = None) -> tuple:
+        at = timed_at if at is None else at
+        for b in at:
             if force_warm or b not in warm:  # a size this combination has not run at yet
                 step_fn(b, dict(choice))
-        timed = [_timed(step_fn, b, choice, timer, n, per_op) for b in timed_at]
+        timed = [_timed(step_fn, b, choice, timer, n, per_op) for b in at]
         return [t for t, _ in timed], [r for _, r in timed]
 
     models = []
@@ -574,8 +586,8 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
             if base != choice and a2["recomputed"]:
                 # the setting's own recomputed ops, timed in one step at each time batch
                 # after a warm-up there (a rebuild's first call at a new size is slower)
-                extra = time_it(choice, 1, True, force_warm=True)[1]
-                rc, rd = _line_through(timed_at, extra)
+                extra = time_it(choice, 1, True, force_warm=True, at=rbs)[1]
+                rc, rd = _line_through(rbs, extra)
             line = (c + rc, d + rd)
             att["time_from"] = {"timed": base, "recompute_seconds": [rc, rd]}
         model = _Model.fit(runs, seconds, noise, tbs)
@@ -586,7 +598,18 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
     result = _choose(combos, models, knobs, budget, batch, mbs, device, tbs)
     result.time_knobs = time_knobs
     result.repeats = repeats
+    result.recompute_batches = None if time_knobs is None else list(rbs)
     return result
+
+
+def _two_batches(batches, name: str) -> list:
+    out = list(batches)
+    if len(out) != 2:
+        raise ValueError(f"plan: {name} needs two batch sizes, got {batches}")
+    out = sorted(_check_batch(b, f"a batch of {name}") for b in out)
+    if out[0] == out[1]:
+        raise ValueError(f"plan: {name} must differ, got {batches}")
+    return out
 
 
 def _choose(combos, models, knobs, budget, batch, mbs, device, tbs=None) -> Plan:
