@@ -5,18 +5,26 @@ raw (tracemalloc or CuPy pool) peak since the event before; fit_lines / fit_raw 
 moment as a line in the batch size through two runs of the same program, and the peak as the
 upper envelope of those lines (exact for a step whose allocations are affine in the batch).
 OpRecorder hears every op call (memory.state.op_observers): its FLOPs, seconds, and whether
-it re-ran forward work in backward. memory/planner.py builds plans from them.
+it re-ran forward work in backward. The runs: _measure (bytes, under profile(raw=True)),
+_attribute (recomputed ops and saved tensors, under profile(source_lines=True)), _time and
+_timed (seconds). The reasons: saved_tensors_at and tensor_changes, what one setting saves
+that another does not. memory/planner.py builds plans from them.
 """
 
 from __future__ import annotations
 
+import gc
 import threading
+import time
 import tracemalloc
 from fractions import Fraction
 
 from . import state
+from .ledger import profile
+from .tracker import limit
 
 MAX_BATCH = 2**24  # the search for the largest batch stops here (a step that barely grows)
+UNREACHABLE = 2**62  # the limit the measuring runs are under (as verify's, never reached)
 
 # ----------------------------------------------------------------------------- recording
 class StepRecorder:
@@ -273,3 +281,165 @@ def recompute_keys(records: list) -> list:
         out.append([key, seen.get(key, 0)])
         seen[key] = seen.get(key, 0) + 1
     return out
+
+
+# ----------------------------------------------------------------------------- runs
+def _measure(step_fn, batch: int, choice: dict, device: str) -> dict:
+    gc.collect()
+    # under a limit no step reaches, as verify() runs it: the limit's observer keeps a
+    # record of every storage, which the raw peak counts
+    with limit(UNREACHABLE, device), profile(raw=True, device=device) as prof, \
+            StepRecorder(prof.device, getattr(prof, "_pool_hook", None)) as rec:
+        step_fn(batch, dict(choice))
+    s = prof.summary()
+    raw_peak = s["raw_peak_bytes"] if rec.raw is None else max(rec.raw, default=0)
+    run = {"batch": batch, "series": rec.series, "raw": rec.raw, "signature": rec.signature,
+           "peak": max(rec.series, default=0), "raw_peak": raw_peak,
+           "saved": s["saved_peak"]["unique_bytes_without_parameters"]}
+    del prof
+    return run
+
+
+def step_seconds(result) -> float | None:
+    """The seconds a step_fn reported by returning them (an int or float, not a bool), or
+    None."""
+    if isinstance(result, bool) or not isinstance(result, (int, float)):
+        return None
+    return float(result)
+
+
+def _time(step_fn, batch: int, choice: dict, timer) -> float:
+    """The seconds of one step: the timer's reading around the call with a timer, else
+    the step's own report (step_seconds) or, without one, time.perf_counter's."""
+    gc.collect()
+    clock = time.perf_counter if timer is None else timer
+    t0 = clock()
+    result = step_fn(batch, dict(choice))
+    elapsed = clock() - t0
+    reported = step_seconds(result) if timer is None else None
+    return elapsed if reported is None else reported
+
+
+def _attribute(step_fn, batch: int, choice: dict, device: str) -> dict:
+    """One run of the step under profile(source_lines=True) and an OpRecorder (also the
+    warm-up of the measured runs after it: compiles, first-call caches): the ops re-run in
+    backward and their FLOPs, and the tensors forward leaves saved for backward, with the op, scope
+    and line that made each (what the plan's reasons name)."""
+    gc.collect()
+    with limit(UNREACHABLE, device), profile(source_lines=True, device=device) as prof, \
+            OpRecorder() as ops:
+        step_fn(batch, dict(choice))
+    saved = []
+    for t in prof.saved_tensors("backward"):
+        row = {k: t[k] for k in ("bytes", "dtype", "shape", "op", "scope", "via", "source")}
+        row["held_by"] = sorted({f"{h['forward_op']} {h['scope']}" for h in t["held_by"]})
+        saved.append(row)
+    del prof
+    return {"batch": batch, "flops": ops.recompute_flops(),
+            "recomputed": recompute_keys(ops.recomputed()), "saved": saved}
+
+
+def _timed(step_fn, batch: int, choice: dict, timer, repeats: int, per_op: bool) -> tuple:
+    """(the median seconds of `repeats` timed steps, and with per_op the median seconds of
+    the op calls re-run in backward in them: OpRecorder.recompute_seconds)."""
+    secs, extra = [], []
+    for _ in range(repeats):
+        if per_op:
+            with OpRecorder() as ops:
+                secs.append(_time(step_fn, batch, choice, timer))
+            extra.append(ops.recompute_seconds())
+        else:
+            secs.append(_time(step_fn, batch, choice, timer))
+    return _median(secs), (_median(extra) if extra else None)
+
+
+def _median(values: list) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _line_through(tbs: list, seconds: list) -> tuple:
+    """c + d * B through two timed batches; a falling line (timer noise) is flat."""
+    (b1, t1), (b2, t2) = sorted(zip(tbs, seconds))
+    d = (t2 - t1) / (b2 - b1)
+    return (t1 - d * b1, d) if d >= 0 else (max(t1, t2), 0.0)
+
+
+# ----------------------------------------------------------------------------- reasons
+def fmt_flops(n: int) -> str:
+    """A FLOP count in words: 1.23 GFLOP."""
+    for unit, size in (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} FLOP"
+
+
+def saved_tensors_at(model, batch: int) -> list:
+    """The tensors one combination's forward leaves saved for backward (at the moment
+    backward begins), extrapolated to `batch`: each tensor of the two attribution runs
+    paired with its namesake (dtype, op, scope, line), its bytes and each dimension a line
+    in the batch. Each: "key" (what pairs them), "what" (dtype[shape] from op in scope at
+    line, kept for the ops whose nodes hold it), "bytes"."""
+    lists = model.attribution.get("saved_tensors")
+    if not lists:
+        return []
+    (b1, b2), (l1, l2) = model.attribution["batches"], lists
+
+    def keyed(rows):
+        seen, out = {}, {}
+        for t in rows:
+            key = (f"{t['dtype']} from {t['op'] or 'a factory'} in "
+                   f"{t['scope'] or '(top level)'}"
+                   + (f" via {t['via']}" if t["via"] else "")
+                   + (f" at {t['source']}" if t["source"] and not t["via"] else ""))
+            n = seen.get(key, 0)
+            seen[key] = n + 1
+            out[(key, n)] = t
+        return out
+
+    k1, k2 = keyed(l1), keyed(l2)
+    out = []
+    for (key, n), t2 in k2.items():
+        t1 = k1.get((key, n))
+        if t1 is None or len(t1["shape"]) != len(t2["shape"]):
+            continue
+        nbytes = _ceil(_line((b1, t1["bytes"]), (b2, t2["bytes"]))[0]
+                       + _line((b1, t1["bytes"]), (b2, t2["bytes"]))[1] * batch)
+        shape = [_ceil(a + b * batch) for a, b in
+                 (_line((b1, x1), (b2, x2)) for x1, x2 in zip(t1["shape"], t2["shape"]))]
+        what = (f"{t2['dtype']}{shape} {key.split(' ', 1)[1]}, kept for "
+                f"{', '.join(t2['held_by']) or 'backward'}")
+        out.append({"key": key, "what": what, "bytes": nbytes})
+    return out
+
+
+def tensor_changes(before, after, batch: int, top: int = 5) -> tuple:
+    """(the tensors `before` saves that `after` does not, those `after` saves that `before`
+    does not), largest first, `top` of each: {"what", "bytes"} at `batch`, and a last
+    {"more": n, "bytes": b} row for the rest."""
+    def totals(model):
+        out: dict = {}
+        for t in saved_tensors_at(model, batch):
+            row = out.setdefault(t["key"], {"what": t["what"], "bytes": 0, "count": 0})
+            row["bytes"] += t["bytes"]
+            row["count"] += 1
+        return out
+
+    t_before, t_after = totals(before), totals(after)
+
+    def less(a, b):
+        rows = []
+        for key, row in a.items():
+            gone = row["bytes"] - b.get(key, {"bytes": 0})["bytes"]
+            if gone > 0:
+                n = row["count"] - b.get(key, {"count": 0})["count"]
+                what = row["what"] + (f" (x{n})" if n > 1 else "")
+                rows.append({"what": what, "bytes": gone})
+        rows.sort(key=lambda r: (-r["bytes"], r["what"]))
+        if len(rows) > top:
+            rest = rows[top:]
+            rows = rows[:top] + [{"more": len(rest), "bytes": sum(r["bytes"] for r in rest)}]
+        return rows
+
+    return less(t_before, t_after), less(t_after, t_before)

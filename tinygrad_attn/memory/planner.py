@@ -24,10 +24,19 @@ and fits, per combination:
                   toy step needs larger ones. On a GPU the raw bytes are CuPy's pool's (the
                   profile's hook on it), read per interval the same way.
     saved bytes   saved-for-backward at its peak, a line through the two measurements.
+    recompute     the FLOPs (Function.flops: torch's FlopCounterMode count) and op calls it
+                  re-runs in backward, from two attribution runs under profile(source_lines=
+                  True) and an OpRecorder, which also keep the tensors forward leaves saved
+                  (the reasons name them: op, scope, line). Exact, as the bytes.
     seconds       c + d * B through two timed (unprofiled) runs at `time_batches` (default:
                   the measure batches; a caller may time at larger ones, where the step's
                   own work dwarfs its fixed costs); a falling line (timer noise) is taken as
-                  flat at the slower run. A step_fn that returns a number (an int or float,
+                  flat at the slower run. With `time_knobs`, only the settings of those
+                  knobs are timed whole (the others at their defaults, round-robin, the
+                  median of `repeats`), and any other setting is its timed one plus the
+                  seconds of the ops it re-runs in backward, read in one step of it at
+                  `recompute_batches`: the noise of whole steps does not decide between
+                  recompute settings. A step_fn that returns a number (an int or float,
                   not a bool) reports its own seconds: the step proper, without building its
                   model and batch (nn.memory_plan.gpt_step times forward, backward and the
                   optimizer step so), and the planner takes that number. That holds with
@@ -44,8 +53,8 @@ it, the largest batch any combination fits, and the fastest combination at that 
 to the combination listed first (itertools.product order: each knob's first option is its
 default). The plan is data: printable, JSON-able (to_dict/from_dict, the fits included, so
 `replan(budget, batch)` answers another budget without running the step), and checkable
-(verify). The measurements are not a model of each knob apart: every combination is run,
-so the space must be small (max_combinations).
+(verify). The bytes are not a model of each knob apart: every combination is run, so the
+space must be small (max_combinations).
 
 This module knows nothing of models; nn/memory_plan.py gives a GPT's knobs and step function.
 """
@@ -64,23 +73,32 @@ from .counters import fmt_bytes, live_bytes, parse_bytes
 from .ledger import profile
 from .planfit import (  # noqa: F401 - the fits are planner.fit_lines etc. as well
     MAX_BATCH,
+    UNREACHABLE,
     OpRecorder,
     StepRecorder,
+    _attribute,
     _ceil,
     _largest,
     _line,
+    _line_through,
+    _measure,
+    _median,
+    _time,
+    _timed,
     fit_lines,
     fit_raw,
+    fmt_flops,
     largest_batch,
     peak_line,
     predict_peak,
     raw_noise,
     recompute_keys,
+    saved_tensors_at,
+    step_seconds,
+    tensor_changes,
     upper_envelope,
 )
 from .tracker import limit
-
-UNREACHABLE = 2**62  # the limit the measuring runs are under (as verify's, never reached)
 
 
 # ----------------------------------------------------------------------------- one combination
@@ -332,14 +350,6 @@ class Plan:
         return "\n".join(lines)
 
 
-def fmt_flops(n: int) -> str:
-    """A FLOP count in words: 1.23 GFLOP."""
-    for unit, size in (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} FLOP"
-
-
 def _check_knobs(knobs) -> dict:
     if knobs is None:
         return {}
@@ -373,88 +383,6 @@ def _check_batch(batch, what: str) -> int:
     if batch < 1:
         raise ValueError(f"plan: {what} must be >= 1, got {batch}")
     return batch
-
-
-def _measure(step_fn, batch: int, choice: dict, device: str) -> dict:
-    gc.collect()
-    # under a limit no step reaches, as verify() runs it: the limit's observer keeps a
-    # record of every storage, which the raw peak counts
-    with limit(UNREACHABLE, device), profile(raw=True, device=device) as prof, \
-            StepRecorder(prof.device, getattr(prof, "_pool_hook", None)) as rec:
-        step_fn(batch, dict(choice))
-    s = prof.summary()
-    raw_peak = s["raw_peak_bytes"] if rec.raw is None else max(rec.raw, default=0)
-    run = {"batch": batch, "series": rec.series, "raw": rec.raw, "signature": rec.signature,
-           "peak": max(rec.series, default=0), "raw_peak": raw_peak,
-           "saved": s["saved_peak"]["unique_bytes_without_parameters"]}
-    del prof
-    return run
-
-
-def step_seconds(result) -> float | None:
-    """The seconds a step_fn reported by returning them (an int or float, not a bool), or
-    None."""
-    if isinstance(result, bool) or not isinstance(result, (int, float)):
-        return None
-    return float(result)
-
-
-def _time(step_fn, batch: int, choice: dict, timer) -> float:
-    """The seconds of one step: the timer's reading around the call with a timer, else
-    the step's own report (step_seconds) or, without one, time.perf_counter's."""
-    gc.collect()
-    clock = time.perf_counter if timer is None else timer
-    t0 = clock()
-    result = step_fn(batch, dict(choice))
-    elapsed = clock() - t0
-    reported = step_seconds(result) if timer is None else None
-    return elapsed if reported is None else reported
-
-
-def _attribute(step_fn, batch: int, choice: dict, device: str) -> dict:
-    """One run of the step under profile(source_lines=True) and an OpRecorder (also the
-    warm-up of the measured runs after it: compiles, first-call caches): the ops re-run in
-    backward and their FLOPs, and the tensors forward leaves saved for backward, with the op, scope
-    and line that made each (what the plan's reasons name)."""
-    gc.collect()
-    with limit(UNREACHABLE, device), profile(source_lines=True, device=device) as prof, \
-            OpRecorder() as ops:
-        step_fn(batch, dict(choice))
-    saved = []
-    for t in prof.saved_tensors("backward"):
-        row = {k: t[k] for k in ("bytes", "dtype", "shape", "op", "scope", "via", "source")}
-        row["held_by"] = sorted({f"{h['forward_op']} {h['scope']}" for h in t["held_by"]})
-        saved.append(row)
-    del prof
-    return {"batch": batch, "flops": ops.recompute_flops(),
-            "recomputed": recompute_keys(ops.recomputed()), "saved": saved}
-
-
-def _timed(step_fn, batch: int, choice: dict, timer, repeats: int, per_op: bool) -> tuple:
-    """(the median seconds of `repeats` timed steps, and with per_op the median seconds of
-    the op calls re-run in backward in them: OpRecorder.recompute_seconds)."""
-    secs, extra = [], []
-    for _ in range(repeats):
-        if per_op:
-            with OpRecorder() as ops:
-                secs.append(_time(step_fn, batch, choice, timer))
-            extra.append(ops.recompute_seconds())
-        else:
-            secs.append(_time(step_fn, batch, choice, timer))
-    return _median(secs), (_median(extra) if extra else None)
-
-
-def _median(values: list) -> float:
-    v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
-def _line_through(tbs: list, seconds: list) -> tuple:
-    """c + d * B through two timed batches; a falling line (timer noise) is flat."""
-    (b1, t1), (b2, t2) = sorted(zip(tbs, seconds))
-    d = (t2 - t1) / (b2 - b1)
-    return (t1 - d * b1, d) if d >= 0 else (max(t1, t2), 0.0)
 
 
 def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
@@ -500,15 +428,7 @@ def plan(step_fn, budget, batch: int | None = None, knobs: dict | None = None,
     mbs = sorted(_check_batch(b, "a measure batch") for b in mbs)
     if mbs[0] == mbs[1]:
         raise ValueError(f"plan: measure_batches must differ, got {measure_batches}")
-    if time_batches is None:
-        tbs = None
-    else:
-        tbs = list(time_batches)
-        if len(tbs) != 2:
-            raise ValueError(f"plan: time_batches needs two batch sizes, got {time_batches}")
-        tbs = sorted(_check_batch(b, "a time batch") for b in tbs)
-        if tbs[0] == tbs[1]:
-            raise ValueError(f"plan: time_batches must differ, got {time_batches}")
+    tbs = None if time_batches is None else _two_batches(time_batches, "time_batches")
     repeats = _check_batch(repeats, "repeats")
     if time_knobs is not None:
         time_knobs = [time_knobs] if isinstance(time_knobs, str) else list(time_knobs)
@@ -606,7 +526,8 @@ def _two_batches(batches, name: str) -> list:
     out = list(batches)
     if len(out) != 2:
         raise ValueError(f"plan: {name} needs two batch sizes, got {batches}")
-    out = sorted(_check_batch(b, f"a batch of {name}") for b in out)
+    what = "a time batch" if name == "time_batches" else f"a batch of {name}"
+    out = sorted(_check_batch(b, what) for b in out)
     if out[0] == out[1]:
         raise ValueError(f"plan: {name} must differ, got {batches}")
     return out
@@ -671,73 +592,3 @@ def _choose(combos, models, knobs, budget, batch, mbs, device, tbs=None) -> Plan
                 notes=notes, time_batches=None if tbs is None else list(tbs),
                 models=json.loads(json.dumps([m.to_data() for m in models])),
                 recompute_flops=m.recompute_flops(batch), recomputed_ops=m.recomputed_ops())
-
-
-def saved_tensors_at(model: _Model, batch: int) -> list:
-    """The tensors one combination's forward leaves saved for backward (at the moment
-    backward begins), extrapolated to `batch`: each tensor of the two attribution runs
-    paired with its namesake (dtype, op, scope, line), its bytes and each dimension a line
-    in the batch. Each: "key" (what pairs them), "what" (dtype[shape] from op in scope at
-    line, kept for the ops whose nodes hold it), "bytes"."""
-    lists = model.attribution.get("saved_tensors")
-    if not lists:
-        return []
-    (b1, b2), (l1, l2) = model.attribution["batches"], lists
-
-    def keyed(rows):
-        seen, out = {}, {}
-        for t in rows:
-            key = (f"{t['dtype']} from {t['op'] or 'a factory'} in "
-                   f"{t['scope'] or '(top level)'}"
-                   + (f" via {t['via']}" if t["via"] else "")
-                   + (f" at {t['source']}" if t["source"] and not t["via"] else ""))
-            n = seen.get(key, 0)
-            seen[key] = n + 1
-            out[(key, n)] = t
-        return out
-
-    k1, k2 = keyed(l1), keyed(l2)
-    out = []
-    for (key, n), t2 in k2.items():
-        t1 = k1.get((key, n))
-        if t1 is None or len(t1["shape"]) != len(t2["shape"]):
-            continue
-        nbytes = _ceil(_line((b1, t1["bytes"]), (b2, t2["bytes"]))[0]
-                       + _line((b1, t1["bytes"]), (b2, t2["bytes"]))[1] * batch)
-        shape = [_ceil(a + b * batch) for a, b in
-                 (_line((b1, x1), (b2, x2)) for x1, x2 in zip(t1["shape"], t2["shape"]))]
-        what = (f"{t2['dtype']}{shape} {key.split(' ', 1)[1]}, kept for "
-                f"{', '.join(t2['held_by']) or 'backward'}")
-        out.append({"key": key, "what": what, "bytes": nbytes})
-    return out
-
-
-def tensor_changes(before: _Model, after: _Model, batch: int, top: int = 5) -> tuple:
-    """(the tensors `before` saves that `after` does not, those `after` saves that `before`
-    does not), largest first, `top` of each: {"what", "bytes"} at `batch`, and a last
-    {"more": n, "bytes": b} row for the rest."""
-    def totals(model):
-        out: dict = {}
-        for t in saved_tensors_at(model, batch):
-            row = out.setdefault(t["key"], {"what": t["what"], "bytes": 0, "count": 0})
-            row["bytes"] += t["bytes"]
-            row["count"] += 1
-        return out
-
-    t_before, t_after = totals(before), totals(after)
-
-    def less(a, b):
-        rows = []
-        for key, row in a.items():
-            gone = row["bytes"] - b.get(key, {"bytes": 0})["bytes"]
-            if gone > 0:
-                n = row["count"] - b.get(key, {"count": 0})["count"]
-                what = row["what"] + (f" (x{n})" if n > 1 else "")
-                rows.append({"what": what, "bytes": gone})
-        rows.sort(key=lambda r: (-r["bytes"], r["what"]))
-        if len(rows) > top:
-            rest = rows[top:]
-            rows = rows[:top] + [{"more": len(rest), "bytes": sum(r["bytes"] for r in rest)}]
-        return rows
-
-    return less(t_before, t_after), less(t_after, t_before)
