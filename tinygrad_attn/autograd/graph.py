@@ -415,13 +415,9 @@ class _Recipe:
                 return self.producer.fn.recompute(self.producer)
             t0 = time.perf_counter()
             out = self.producer.fn.recompute(self.producer)
-            here, fn = ledger_state.local, self.producer.fn
-            here.recomputing += 1
-            try:
-                _op_heard(fn, self.producer, None, out, {**here.labels, "scope":
-                          self.producer.scope}, here, time.perf_counter() - t0)
-            finally:
-                here.recomputing -= 1
+            phase = ledger_state.local.labels["phase"]
+            _op_heard(self.producer.fn, self.producer, None, out, self.producer.scope, phase,
+                      True, time.perf_counter() - t0)
             return out
 
 
@@ -559,7 +555,8 @@ class Function:
             del ctx._non_differentiable
         if watch is not None and watch[0] == 0 and not cls.container:  # the call's seconds,
             # the graph's bookkeeping (saving, connecting) included
-            _op_heard(cls, ctx, args, out, labels, here, time.perf_counter() - watch[1])
+            _op_heard(cls, ctx, args, out, labels["scope"], labels["phase"],
+                      here.recomputing > 0, time.perf_counter() - watch[1])
         return out
 
 
@@ -572,11 +569,11 @@ def _watch_op(here, cls) -> tuple:
     return depth, time.perf_counter()
 
 
-def _op_heard(cls, ctx, args, out, labels: dict, here, seconds: float) -> None:
+def _op_heard(cls, ctx, args, out, scope: str, phase: str, recompute: bool,
+              seconds: float) -> None:
     """Tell the op observers of one op call (ledger_state.op_observers)."""
-    record = {"op": cls.__name__, "scope": labels["scope"], "phase": labels["phase"],
-              "recompute": here.recomputing > 0, "flops": int(cls.flops(ctx, args, out)),
-              "seconds": seconds}
+    record = {"op": cls.__name__, "scope": scope, "phase": phase, "recompute": recompute,
+              "flops": int(cls.flops(ctx, args, out)), "seconds": seconds}
     with ledger_state.observer_lock:
         for obs in tuple(ledger_state.op_observers):
             obs.on_op(record)

@@ -270,18 +270,6 @@ class OpRecorder:
         return sum(r["seconds"] for r in self.records if r["recompute"])
 
 
-def recompute_keys(records: list) -> list:
-    """Each recompute record as "op scope" and its occurrence among the recomputes of that
-    key (the n-th rerun of an op matches its n-th forward call, modulo how many there
-    are)."""
-    seen: dict = {}
-    out = []
-    for r in records:
-        key = f"{r['op']} {r['scope']}"
-        out.append([key, seen.get(key, 0)])
-        seen[key] = seen.get(key, 0) + 1
-    return out
-
 
 # ----------------------------------------------------------------------------- runs
 def _measure(step_fn, batch: int, choice: dict, device: str) -> dict:
@@ -336,7 +324,7 @@ def _attribute(step_fn, batch: int, choice: dict, device: str) -> dict:
         saved.append(row)
     del prof
     return {"batch": batch, "flops": ops.recompute_flops(),
-            "recomputed": recompute_keys(ops.recomputed()), "saved": saved}
+            "recomputed": len(ops.recomputed()), "saved": saved}
 
 
 def _timed(step_fn, batch: int, choice: dict, timer, repeats: int, per_op: bool) -> tuple:

@@ -92,7 +92,6 @@ from .planfit import (  # noqa: F401 - the fits are planner.fit_lines etc. as we
     peak_line,
     predict_peak,
     raw_noise,
-    recompute_keys,
     saved_tensors_at,
     step_seconds,
     tensor_changes,
@@ -176,8 +175,9 @@ class _Model:
         return _ceil(a + b * batch)
 
     def recomputed_ops(self) -> int | None:
-        keys = self.attribution.get("recomputed")
-        return None if keys is None else len(keys)
+        """Op calls re-run in backward (the same program at every batch); None without
+        the attribution runs."""
+        return self.attribution.get("recomputed")
 
     def fits(self, batch: int, budget: int) -> bool:
         return self.peak(batch) <= budget and self.raw_peak(batch) <= budget

@@ -31,7 +31,7 @@ from ..creation import default_generator
 from ..errors import ShapeError
 from ._recorded import constant
 from ._util import Tensor, check_same_device, from_array, unbroadcast
-from .attention import _dropout_keep, _mix
+from .attention import ScaledDotProductAttention, _dropout_keep, _mix
 from .registry import op
 
 # query rows per block; a T at or under FULL_PRODUCT_T is one block: the whole product,
@@ -64,11 +64,7 @@ class CausalAttention(Function):
     recorded arrays, with P recomputed from q and k so that its derivative flows.
     """
 
-    @staticmethod
-    def flops(ctx, args, out) -> int:
-        """2*B*T*T*E + 2*B*T*T*Ev, the full products (torch's causal sdpa count)."""
-        q, k, v = args[:3]
-        return 2 * math.prod(out.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+    flops = ScaledDotProductAttention.flops  # the full products: torch's causal sdpa count
 
     @staticmethod
     def forward(ctx, q, k, v, scale, block_size, dropout=None):
