@@ -201,11 +201,14 @@ for view in (False, True):
     gc.collect()                                      # (the parameters' hooks hold the DDP)
 res["param_bytes"] = param_bytes
 
-# the timeline: a model deep enough that backward outlasts the first all-reduce
+# the timeline: a model deep enough, and a batch large enough, that backward outlasts the
+# first all-reduce's start by far (at 64 rows the 11 layers after the first bucket took a
+# few ms, and on a loaded 2-core CI machine the communication thread once started 30 us
+# after backward ended; at 1024 rows they take tens of ms)
 ta.manual_seed(0)
 deep = nn.Sequential(*[nn.Linear(256, 256) for _ in range(12)])
 ddp = nn.parallel.DistributedDataParallel(deep, bucket_cap_mb=0.25)
-xb = ta.randn(64, 256)
+xb = ta.randn(1024, 256)
 for _ in range(3):
     ddp(xb).square().mean().backward()
 rec = ddp.comm_timeline()
